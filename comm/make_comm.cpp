@@ -1,0 +1,20 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/communicator.h"
+#include "comm/mpi_comm.h"
+
+namespace pn {
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PN_FORCE_MPI"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv) {
+  if (launched_by_mpi()) return make_mpi_communicator(argc, argv);
+  return make_single_communicator();
+}
+
+}  // namespace pn

@@ -1,0 +1,112 @@
+// The MPI communicator (Open MPI). Collectives are blocking; a rank that dies makes mpirun
+// tear the job down, and abort() calls MPI_Abort so no rank is left waiting in a collective.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "comm/mpi_comm.h"
+
+namespace pn {
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    char err[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, err, &len);
+    std::fprintf(stderr, "pntrain: MPI error in %s: %s\n", what, err);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+}
+
+struct MpiCommunicator final : Communicator {
+  bool owns_mpi = false;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  MPI_Comm node_comm = MPI_COMM_NULL;
+
+  explicit MpiCommunicator(int* argc, char*** argv) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+      owns_mpi = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Node-local rank: used to pick a GPU and to share the node's cores between its ranks.
+    check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL,
+                                  &node_comm), "MPI_Comm_split_type");
+    MPI_Comm_rank(node_comm, &local_rank_);
+    MPI_Comm_size(node_comm, &local_size_);
+  }
+  ~MpiCommunicator() override {
+    if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_mpi && !finalized) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string name() const override { return "mpi"; }
+
+  void allreduce_sum(float* buf, size_t n) override { reduce(buf, n, MPI_FLOAT, MPI_SUM); }
+  void allreduce_sum(double* buf, size_t n) override { reduce(buf, n, MPI_DOUBLE, MPI_SUM); }
+  void allreduce_max(double* buf, size_t n) override { reduce(buf, n, MPI_DOUBLE, MPI_MAX); }
+
+  void reduce(void* buf, size_t n, MPI_Datatype type, MPI_Op op) {
+    // MPI counts are int: reduce in chunks so multi-GB buffers work.
+    const size_t chunk = size_t(1) << 30;
+    const size_t elem = type == MPI_FLOAT ? 4 : 8;
+    char* p = static_cast<char*>(buf);
+    if (n == 0) {  // every rank still joins the collective
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, 0, type, op, MPI_COMM_WORLD), "MPI_Allreduce");
+      return;
+    }
+    for (size_t off = 0; off < n; off += chunk) {
+      const int cnt = int(std::min(chunk, n - off));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + off * elem, cnt, type, op, MPI_COMM_WORLD),
+                "MPI_Allreduce");
+    }
+  }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    const size_t chunk = size_t(1) << 30;
+    char* p = static_cast<char*>(buf);
+    for (size_t off = 0; off < bytes || off == 0; off += chunk) {
+      const int cnt = int(std::min(chunk, bytes - off));
+      check_mpi(MPI_Bcast(p + off, cnt, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+      if (bytes == 0) break;
+    }
+  }
+  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+  [[noreturn]] void abort(const std::string& msg, int code) override {
+    if (rank_ == 0) {
+      std::fprintf(stderr, "pntrain: error: %s\n", msg.c_str());
+      std::fflush(stderr);
+    } else {
+      // Errors that every rank detects are reported once, by rank 0: give it time to do so
+      // before this rank tears the job down; an error of this rank alone is still printed.
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      std::fprintf(stderr, "pntrain: error on rank %d: %s\n", rank_, msg.c_str());
+      std::fflush(stderr);
+    }
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
+  return std::make_unique<MpiCommunicator>(argc, argv);
+}
+
+}  // namespace pn

@@ -1,0 +1,33 @@
+#include <cstdio>
+#include <cstdlib>
+
+#include "comm/communicator.h"
+
+namespace pn {
+namespace {
+
+struct SingleCommunicator final : Communicator {
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void allreduce_sum(float*, size_t) override {}
+  void allreduce_sum(double*, size_t) override {}
+  void allreduce_max(double*, size_t) override {}
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+  [[noreturn]] void abort(const std::string& msg, int code) override {
+    std::fprintf(stderr, "pntrain: error: %s\n", msg.c_str());
+    std::fflush(stderr);
+    std::exit(code);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_single_communicator() {
+  return std::make_unique<SingleCommunicator>();
+}
+
+}  // namespace pn

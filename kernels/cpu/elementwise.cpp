@@ -1,0 +1,141 @@
+// Element-wise kernels, embedding, reductions and the dropout mask.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace pn::k {
+
+template <class T> void fill(T* x, size_t n, T value) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) x[i] = value;
+}
+template <class T> void copy(const T* x, size_t n, T* y) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = x[i];
+}
+template <class T> void add_inplace(T* y, const T* x, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+template <class T> void scale_inplace(T* y, size_t n, T a) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] *= a;
+}
+template <class T> void add_bias(T* y, const T* b, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r) {
+    T* yr = y + size_t(r) * cols;
+#pragma omp simd
+    for (int c = 0; c < cols; ++c) yr[c] += b[c];
+  }
+}
+template <class T> void bias_grad(const T* dy, int rows, int cols, T* db) {
+  // Columns split across threads so that no two threads write the same db entry.
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int c0 = 0; c0 < cols; c0 += 64) {
+    const int c1 = std::min(cols, c0 + 64);
+    for (int r = 0; r < rows; ++r) {
+      const T* dr = dy + size_t(r) * cols;
+      for (int c = c0; c < c1; ++c) db[c] += dr[c];
+    }
+  }
+}
+template <class T> void relu_forward(const T* x, size_t n, T* y) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
+}
+template <class T> void relu_backward(const T* y, const T* dy, size_t n, T* dx) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) dx[i] = y[i] > T(0) ? dy[i] : T(0);
+}
+
+// splitmix64: a counter-based generator, so mask bit i depends only on (seed, i).
+static inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep) {
+  const uint64_t threshold = uint64_t(double(p) * 18446744073709551616.0);
+  const uint64_t base = splitmix64(seed);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) keep[i] = splitmix64(base ^ (i * 0xD6E8FEB86659FD93ull)) >= threshold;
+}
+template <class T> void dropout_apply(T* x, const uint8_t* keep, size_t n, float p) {
+  const T s = T(1) / (T(1) - T(p));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) x[i] = keep[i] ? x[i] * s : T(0);
+}
+
+template <class T> void sinusoidal_positions(int max_len, int d, T* table) {
+  const int half = d / 2;
+  const double step = half > 1 ? std::log(10000.0) / (half - 1) : 0.0;
+  for (int p = 0; p < max_len; ++p)
+    for (int i = 0; i < half; ++i) {
+      const double w = std::exp(-step * i);
+      table[size_t(p) * d + i] = T(std::sin(p * w));
+      table[size_t(p) * d + half + i] = T(std::cos(p * w));
+    }
+  if (d % 2)
+    for (int p = 0; p < max_len; ++p) table[size_t(p) * d + d - 1] = T(0);
+}
+
+template <class T>
+void embedding_forward(const int32_t* tok, int rows, int seq_len, const T* E, const T* P, int d,
+                       T scale, T* y) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * d > 65536)
+  for (int i = 0; i < rows; ++i) {
+    const T* e = E + size_t(tok[i]) * d;
+    const T* p = P + size_t(i % seq_len) * d;
+    T* yi = y + size_t(i) * d;
+#pragma omp simd
+    for (int c = 0; c < d; ++c) yi[c] = scale * e[c] + p[c];
+  }
+}
+
+template <class T>
+void embedding_backward(const int32_t* tok, int rows, const T* dy, int d, T scale, T* dE) {
+  // Serial over rows (tokens repeat), vectorised over features: cheap next to the GEMMs.
+  for (int i = 0; i < rows; ++i) {
+    T* e = dE + size_t(tok[i]) * d;
+    const T* g = dy + size_t(i) * d;
+#pragma omp simd
+    for (int c = 0; c < d; ++c) e[c] += scale * g[c];
+  }
+}
+
+template <class T> double sum_squares(const T* x, size_t n) {
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+template <class T> bool all_finite(const T* x, size_t n) {
+  int bad = 0;
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) bad |= !std::isfinite(x[i]);
+  return !bad;
+}
+
+#define PN_INSTANTIATE(T)                                                                     \
+  template void fill<T>(T*, size_t, T);                                                       \
+  template void copy<T>(const T*, size_t, T*);                                                \
+  template void add_inplace<T>(T*, const T*, size_t);                                         \
+  template void scale_inplace<T>(T*, size_t, T);                                              \
+  template void add_bias<T>(T*, const T*, int, int);                                          \
+  template void bias_grad<T>(const T*, int, int, T*);                                         \
+  template void relu_forward<T>(const T*, size_t, T*);                                        \
+  template void relu_backward<T>(const T*, const T*, size_t, T*);                             \
+  template void dropout_apply<T>(T*, const uint8_t*, size_t, float);                          \
+  template void sinusoidal_positions<T>(int, int, T*);                                        \
+  template void embedding_forward<T>(const int32_t*, int, int, const T*, const T*, int, T, T*); \
+  template void embedding_backward<T>(const int32_t*, int, const T*, int, T, T*);             \
+  template double sum_squares<T>(const T*, size_t);                                           \
+  template bool all_finite<T>(const T*, size_t);
+PN_INSTANTIATE(float)
+PN_INSTANTIATE(double)
+
+}  // namespace pn::k

@@ -1,0 +1,54 @@
+#include "layers/embedding.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/kernels.h"
+
+namespace pn {
+
+template <class T>
+Embedding<T>::Embedding(ParamStore<T>& s, const std::string& name, int vocab_size, int d,
+                        int max_positions, int padding_idx)
+    : store(&s), vocab(vocab_size), dim(d), max_len(max_positions) {
+  // fairseq's init: N(0, d^-1/2); the scale sqrt(d) then gives unit-variance inputs.
+  table = s.add(name + ".weight", {vocab, dim}, Init::Normal, 1.0 / std::sqrt(double(dim)));
+  positions.resize(size_t(max_len) * dim);
+  k::sinusoidal_positions<T>(max_len, dim, positions.data());
+  (void)padding_idx;
+}
+
+template <class T>
+T Embedding<T>::scale() const {
+  return T(std::sqrt(double(dim)));
+}
+
+template <class T>
+void Embedding<T>::forward(const int32_t* tok, int rows, int seq_len, T* y) const {
+  if (seq_len > max_len) throw std::invalid_argument("sequence longer than the position table");
+  k::embedding_forward<T>(tok, rows, seq_len, store->p(table), positions.data(), dim, scale(), y);
+}
+
+template <class T>
+void Embedding<T>::backward(const int32_t* tok, const T* dy, int rows) const {
+  k::embedding_backward<T>(tok, rows, dy, dim, scale(), store->g(table));
+}
+
+template <class T>
+void Embedding<T>::output_forward(const T* h, int rows, T* logits) const {
+  k::gemm<T>(false, true, rows, vocab, dim, T(1), h, dim, store->p(table), dim, T(0), logits,
+             vocab);
+}
+
+template <class T>
+void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, T* dh) const {
+  k::gemm<T>(false, false, rows, dim, vocab, T(1), dlogits, vocab, store->p(table), dim, T(0), dh,
+             dim);
+  k::gemm<T>(true, false, vocab, dim, rows, T(1), dlogits, vocab, h, dim, T(1), store->g(table),
+             dim);
+}
+
+template struct Embedding<float>;
+template struct Embedding<double>;
+
+}  // namespace pn

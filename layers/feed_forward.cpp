@@ -1,0 +1,31 @@
+#include "layers/feed_forward.h"
+
+#include "kernels/kernels.h"
+
+namespace pn {
+
+template <class T>
+FeedForward<T>::FeedForward(ParamStore<T>& s, const std::string& name, int d, int ffn_dim)
+    : fc1(s, name + ".fc1", d, ffn_dim), fc2(s, name + ".fc2", ffn_dim, d) {}
+
+template <class T>
+void FeedForward<T>::forward(const T* x, int num_rows, T* y) {
+  rows = num_rows;
+  hidden.resize(size_t(rows) * fc1.out);
+  fc1.forward(x, rows, hidden.data());
+  k::relu_forward<T>(hidden.data(), hidden.size(), hidden.data());
+  fc2.forward(hidden.data(), rows, y);
+}
+
+template <class T>
+void FeedForward<T>::backward(const T* x, const T* dy, T* dx) {
+  dhidden.resize(hidden.size());
+  fc2.backward(hidden.data(), dy, rows, dhidden.data());
+  k::relu_backward<T>(hidden.data(), dhidden.data(), hidden.size(), dhidden.data());
+  fc1.backward(x, dhidden.data(), rows, dx);
+}
+
+template struct FeedForward<float>;
+template struct FeedForward<double>;
+
+}  // namespace pn

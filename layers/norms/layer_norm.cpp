@@ -1,0 +1,31 @@
+#include "layers/norms/layer_norm.h"
+
+#include "kernels/kernels.h"
+
+namespace pn {
+
+template <class T>
+LayerNorm<T>::LayerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
+    : store(&s), d(dim), eps(T(o.eps)) {
+  gamma = s.add(name + ".weight", {d}, Init::Ones);
+  beta = s.add(name + ".bias", {d}, Init::Zeros);
+}
+
+template <class T>
+void LayerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+  mean.resize(rows);
+  rstd.resize(rows);
+  k::layernorm_forward<T>(x, rows, d, store->p(gamma), store->p(beta), eps, y, mean.data(),
+                          rstd.data());
+}
+
+template <class T>
+void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+  k::layernorm_backward<T>(x, dy, mean.data(), rstd.data(), store->p(gamma), mask, rows, d, dx,
+                           store->g(gamma), store->g(beta));
+}
+
+template struct LayerNorm<float>;
+template struct LayerNorm<double>;
+
+}  // namespace pn

@@ -1,0 +1,23 @@
+// LayerNorm: per-row mean and variance over the d features (no running state).
+//   y = gamma * (x - mu_i) / sqrt(sigma_i^2 + eps) + beta
+//   dx = rstd * (g - mean_j g - xh * mean_j(g xh)),  g = gamma * dy;  masked rows: dx = 0
+#pragma once
+#include <vector>
+
+#include "layers/norms/norm.h"
+
+namespace pn {
+
+template <class T>
+struct LayerNorm final : Norm<T> {
+  ParamStore<T>* store;
+  int d, gamma, beta;
+  T eps;
+  std::vector<T> mean, rstd;
+
+  LayerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+};
+
+}  // namespace pn

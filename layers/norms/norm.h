@@ -1,0 +1,60 @@
+// The normalization-layer interface shared by every norm of SPEC section 2.
+//
+// A norm maps x [rows, d] to y [rows, d]. mask[r] != 0 marks a real token; masked rows get the
+// per-row output formula but never enter a statistic or a parameter gradient, and their dx is 0.
+// In training, forward computes batch statistics over the unmasked rows (all-reduced across
+// ranks for sync_* norms) and updates the running state once per call (once per micro-step);
+// backward must follow each training forward with the same x and mask. In inference, forward
+// uses the running state and changes nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "layers/params.h"
+
+namespace pn {
+
+// Options of every norm, with SPEC defaults. `kind` is one of norm_kinds().
+struct NormOptions {
+  std::string kind = "layer";
+  int groups = 1;            // `group`: number of feature groups
+  int prescale_groups = 0;   // pre-scaling before batch-type norms (0 = off)
+  double eps = 1e-5;
+  double alpha = 0.9;        // running-statistics momentum of batch / power_v
+  double alpha_fwd = 0.9;    // PN
+  double alpha_bkw = 0.9;    // PN
+  int64_t warmup = 0;        // PN warmup iterations (training forward calls)
+};
+
+// One named piece of running state, viewed as doubles owned by the layer.
+struct StateTensor {
+  std::string name;  // running_mean, running_var, running_psi2, nu, t
+  double* data;
+  size_t n;
+};
+
+template <class T>
+struct Norm {
+  virtual ~Norm() = default;
+  virtual void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) = 0;
+  // dx overwritten; dgamma/dbeta accumulate into the ParamStore's gradient buffer.
+  virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) = 0;
+  // Running state (empty for layer/rms/group), for checkpoints and pnnorm.
+  virtual std::vector<StateTensor> state() { return {}; }
+  // True when the layer all-reduces statistics (every rank must call forward/backward).
+  virtual bool synchronized() const { return false; }
+};
+
+const std::vector<std::string>& norm_kinds();
+bool is_norm_kind(const std::string& kind);
+
+// Builds a norm of options.kind for d features, declaring its gamma/beta in `store` under
+// `name`. comm is used by sync_* norms only (may be null otherwise).
+template <class T>
+std::unique_ptr<Norm<T>> make_norm(const NormOptions& options, int d, ParamStore<T>& store,
+                                   const std::string& name, Communicator* comm);
+
+}  // namespace pn

@@ -1,0 +1,125 @@
+#include "model/lm.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace pn {
+
+template <class T>
+LanguageModel<T>::LanguageModel(const ModelConfig& c, uint64_t seed, Communicator* comm)
+    : config(c), embed(params, "embed_tokens", c.vocab, c.dim, c.max_len, c.padding_idx) {
+  if (c.vocab <= 0) throw std::invalid_argument("the vocabulary is empty");
+  if (c.dim <= 0 || c.layers < 0 || c.ffn_dim <= 0)
+    throw std::invalid_argument("model sizes must be positive");
+  blocks.resize(c.layers);
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    Block& b = blocks[l];
+    b.norm_self = make_norm<T>(c.norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
+    b.attn = CausalSelfAttention<T>(params, p + ".self_attn", c.dim, c.heads);
+    b.norm_ff = make_norm<T>(c.norm_ff, c.dim, params, p + ".final_layer_norm", comm);
+    b.ff = FeedForward<T>(params, p, c.dim, c.ffn_dim);
+  }
+  norm_final = make_norm<T>(c.norm_final, c.dim, params, "layer_norm", comm);
+  params.allocate(seed);
+}
+
+template <class T>
+std::vector<Norm<T>*> LanguageModel<T>::norms() {
+  std::vector<Norm<T>*> out;
+  for (auto& b : blocks) {
+    out.push_back(b.norm_self.get());
+    out.push_back(b.norm_ff.get());
+  }
+  out.push_back(norm_final.get());
+  return out;
+}
+
+template <class T>
+void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropout_seed) {
+  const int rows = batch.rows(), d = config.dim;
+  const size_t n = size_t(rows) * d;
+  const uint8_t* mask = batch.mask.data();
+  const bool drop = training && config.dropout > 0;
+  const float p = float(config.dropout);
+  std::vector<T>* h = blocks.empty() ? &h_last : &blocks[0].x;
+  h->resize(n);
+  embed.forward(batch.tokens.data(), rows, batch.seq_len, h->data());
+  for (size_t l = 0; l < blocks.size(); ++l) {
+    Block& b = blocks[l];
+    std::vector<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
+    b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
+    next.resize(n);
+    b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
+    b.attn.forward(b.a.data(), batch.nseq, batch.seq_len, b.attn_out.data());
+    if (drop) {
+      b.keep_attn.resize(n);
+      k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
+      k::dropout_apply<T>(b.attn_out.data(), b.keep_attn.data(), n, p);
+    }
+    k::copy<T>(b.x.data(), n, b.mid.data());
+    k::add_inplace<T>(b.mid.data(), b.attn_out.data(), n);
+    b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
+    b.ff.forward(b.b.data(), rows, b.ff_out.data());
+    if (drop) {
+      b.keep_ff.resize(n);
+      k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
+      k::dropout_apply<T>(b.ff_out.data(), b.keep_ff.data(), n, p);
+    }
+    k::copy<T>(b.mid.data(), n, next.data());
+    k::add_inplace<T>(next.data(), b.ff_out.data(), n);
+  }
+  f.resize(n);
+  norm_final->forward(h_last.data(), mask, rows, f.data(), training);
+  logits.resize(size_t(rows) * config.vocab);
+  embed.output_forward(f.data(), rows, logits.data());
+}
+
+template <class T>
+k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
+                                               uint64_t dropout_seed) {
+  forward(batch, true, dropout_seed);
+  const int rows = batch.rows(), d = config.dim;
+  const size_t n = size_t(rows) * d;
+  const uint8_t* mask = batch.mask.data();
+  const bool drop = config.dropout > 0;
+  const float p = float(config.dropout);
+  k::LossSums sums = k::softmax_xent<T>(logits.data(), batch.targets.data(), mask, rows,
+                                        config.vocab, T(config.label_smoothing), grad_scale);
+  // logits now hold dloss/dlogits. grad_a carries the residual-stream gradient.
+  grad_a.resize(n);
+  grad_b.resize(n);
+  grad_c.resize(n);
+  T* df = grad_c.data();
+  embed.output_backward(f.data(), logits.data(), rows, df);
+  norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
+  for (int l = int(blocks.size()) - 1; l >= 0; --l) {
+    Block& b = blocks[l];
+    // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch)
+    k::copy<T>(grad_a.data(), n, df);
+    if (drop) k::dropout_apply<T>(df, b.keep_ff.data(), n, p);
+    b.ff.backward(b.b.data(), df, grad_b.data());
+    b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, df);
+    k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt mid
+    // mid = x + drop(attn(norm_self(x)))
+    k::copy<T>(grad_a.data(), n, df);
+    if (drop) k::dropout_apply<T>(df, b.keep_attn.data(), n, p);
+    b.attn.backward(b.a.data(), df, grad_b.data());
+    b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
+    k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
+  }
+  embed.backward(batch.tokens.data(), grad_a.data(), rows);
+  return sums;
+}
+
+template <class T>
+k::LossSums LanguageModel<T>::evaluate(const Batch& batch) {
+  forward(batch, false, 0);
+  return k::softmax_xent_eval<T>(logits.data(), batch.targets.data(), batch.mask.data(),
+                                 batch.rows(), config.vocab, T(config.label_smoothing));
+}
+
+template struct LanguageModel<float>;
+template struct LanguageModel<double>;
+
+}  // namespace pn

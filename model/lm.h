@@ -1,0 +1,69 @@
+// The SPEC section 8 language model: a pre-norm Transformer decoder.
+//   h0 = sqrt(d) E[tok] + P;  for each block l:
+//     m = h + dropout(attn(norm_self(h)));  h = m + dropout(ff(norm_ff(m)))
+//   logits = norm_final(h) E^T   (output projection tied to the embedding)
+// Parameters and gradients live in one contiguous ParamStore each.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/kernels.h"
+#include "layers/attention.h"
+#include "layers/embedding.h"
+#include "layers/feed_forward.h"
+#include "layers/norms/norm.h"
+
+namespace pn {
+
+struct ModelConfig {
+  int vocab = 0;
+  int layers = 2, dim = 256, heads = 4, ffn_dim = 1024, max_len = 1024;
+  double dropout = 0.1;
+  double label_smoothing = 0.1;
+  int padding_idx = 0;
+  NormOptions norm_self, norm_ff, norm_final;
+};
+
+// One micro-batch of one rank: nseq sequences of seq_len tokens, row-major.
+struct Batch {
+  int nseq = 0, seq_len = 0;
+  std::vector<int32_t> tokens, targets;
+  std::vector<uint8_t> mask;  // 1 = real token (counts in the loss and in norm statistics)
+  int rows() const { return nseq * seq_len; }
+};
+
+template <class T>
+struct LanguageModel {
+  struct Block {
+    std::unique_ptr<Norm<T>> norm_self, norm_ff;
+    CausalSelfAttention<T> attn;
+    FeedForward<T> ff;
+    // activations of the last training forward: block input, norm outputs, branch outputs, mid
+    std::vector<T> x, a, attn_out, mid, b, ff_out;
+    std::vector<uint8_t> keep_attn, keep_ff;
+  };
+
+  ModelConfig config;
+  ParamStore<T> params;
+  Embedding<T> embed;
+  std::vector<Block> blocks;
+  std::unique_ptr<Norm<T>> norm_final;
+  std::vector<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch
+
+  LanguageModel(const ModelConfig& c, uint64_t seed, Communicator* comm);
+
+  // Training micro-step: forward and backward; parameter gradients accumulate into
+  // params.grad, scaled by grad_scale (1 leaves them as sums over target tokens).
+  k::LossSums forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed);
+  // Loss of a batch in inference mode (running statistics, no dropout).
+  k::LossSums evaluate(const Batch& batch);
+  // Every norm layer, in model order (for state, probes and checkpoints).
+  std::vector<Norm<T>*> norms();
+
+ private:
+  void forward(const Batch& batch, bool training, uint64_t dropout_seed);
+};
+
+}  // namespace pn

@@ -1,0 +1,215 @@
+// Finite-difference checks (double precision) of every layer of issue 2, and kernel checks.
+#include <gtest/gtest.h>
+
+#include "comm/communicator.h"
+#include "gradcheck.h"
+#include "kernels/kernels.h"
+#include "layers/attention.h"
+#include "layers/embedding.h"
+#include "layers/feed_forward.h"
+#include "layers/linear.h"
+#include "layers/norms/norm.h"
+
+namespace pn {
+namespace {
+
+using test::dot;
+using test::expect_gradient;
+using test::randn;
+
+// Perturbs the parameters of the store away from their init so gamma != 1, bias != 0.
+void randomize(ParamStore<double>& s, uint64_t seed) {
+  auto r = randn(s.data.size(), seed, 0.5);
+  for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
+}
+
+TEST(Linear, GradientMatchesFiniteDifferences) {
+  const int rows = 5, in = 7, out = 4;
+  ParamStore<double> s;
+  Linear<double> lin(s, "fc", in, out);
+  s.allocate(1);
+  randomize(s, 2);
+  auto x = randn(size_t(rows) * in, 3), w = randn(size_t(rows) * out, 4);
+  std::vector<double> y(rows * out), dx(x.size());
+  auto loss = [&] {
+    lin.forward(x.data(), rows, y.data());
+    return dot(y, w);
+  };
+  loss();
+  lin.backward(x.data(), w.data(), rows, dx.data());
+  expect_gradient("dx", x, dx, loss);
+  std::vector<double> dparam = s.grad;
+  expect_gradient("dW,db", s.data, dparam, loss);
+}
+
+TEST(Embedding, GradientOfInputAndTiedOutput) {
+  const int V = 11, d = 6, T = 4, rows = 8;
+  ParamStore<double> s;
+  Embedding<double> emb(s, "embed", V, d, T, 0);
+  s.allocate(5);
+  std::vector<int32_t> tok = {1, 3, 3, 10, 0, 2, 7, 3};
+  auto w = randn(size_t(rows) * d, 6), wl = randn(size_t(rows) * V, 7);
+  std::vector<double> y(rows * d), logits(rows * V), dh(rows * d);
+  auto loss_in = [&] {
+    emb.forward(tok.data(), rows, T, y.data());
+    return dot(y, w);
+  };
+  loss_in();
+  emb.backward(tok.data(), w.data(), rows);
+  std::vector<double> dE = s.grad;
+  expect_gradient("dE (input)", s.data, dE, loss_in);
+
+  std::fill(s.grad.begin(), s.grad.end(), 0.0);
+  auto h = randn(size_t(rows) * d, 8);
+  auto loss_out = [&] {
+    emb.output_forward(h.data(), rows, logits.data());
+    return dot(logits, wl);
+  };
+  loss_out();
+  emb.output_backward(h.data(), wl.data(), rows, dh.data());
+  expect_gradient("dh (output)", h, dh, loss_out);
+  dE = s.grad;
+  expect_gradient("dE (output)", s.data, dE, loss_out);
+}
+
+TEST(Embedding, PositionsAreSinusoidal) {
+  std::vector<double> P(4 * 8);
+  k::sinusoidal_positions<double>(4, 8, P.data());
+  EXPECT_DOUBLE_EQ(P[0 * 8 + 0], 0.0);           // sin(0)
+  EXPECT_DOUBLE_EQ(P[0 * 8 + 4], 1.0);           // cos(0)
+  EXPECT_NEAR(P[1 * 8 + 0], std::sin(1.0), 1e-15);  // first frequency is 1
+  EXPECT_NEAR(P[2 * 8 + 3], std::sin(2.0 * 1e-4), 1e-15);  // last frequency is 1/10000
+}
+
+TEST(Attention, GradientMatchesFiniteDifferences) {
+  const int nseq = 2, T = 5, d = 8, H = 2, rows = nseq * T;
+  ParamStore<double> s;
+  CausalSelfAttention<double> att(s, "attn", d, H);
+  s.allocate(9);
+  randomize(s, 10);
+  auto x = randn(size_t(rows) * d, 11), w = randn(size_t(rows) * d, 12);
+  std::vector<double> y(rows * d), dx(rows * d);
+  auto loss = [&] {
+    att.forward(x.data(), nseq, T, y.data());
+    return dot(y, w);
+  };
+  loss();
+  att.backward(x.data(), w.data(), dx.data());
+  expect_gradient("dx", x, dx, loss);
+  std::vector<double> dparam = s.grad;
+  expect_gradient("dparams", s.data, dparam, loss);
+}
+
+TEST(Attention, IsCausal) {
+  // Changing the last token must leave every earlier output unchanged.
+  const int T = 6, d = 4, H = 1;
+  ParamStore<double> s;
+  CausalSelfAttention<double> att(s, "attn", d, H);
+  s.allocate(13);
+  auto x = randn(size_t(T) * d, 14);
+  std::vector<double> y1(T * d), y2(T * d);
+  att.forward(x.data(), 1, T, y1.data());
+  for (int c = 0; c < d; ++c) x[(T - 1) * d + c] += 3.0;
+  att.forward(x.data(), 1, T, y2.data());
+  for (int i = 0; i < (T - 1) * d; ++i) EXPECT_DOUBLE_EQ(y1[i], y2[i]) << i;
+  bool last_changed = false;
+  for (int c = 0; c < d; ++c) last_changed |= y1[(T - 1) * d + c] != y2[(T - 1) * d + c];
+  EXPECT_TRUE(last_changed);
+}
+
+TEST(FeedForward, GradientMatchesFiniteDifferences) {
+  const int rows = 6, d = 5, f = 9;
+  ParamStore<double> s;
+  FeedForward<double> ff(s, "ff", d, f);
+  s.allocate(15);
+  randomize(s, 16);
+  auto x = randn(size_t(rows) * d, 17), w = randn(size_t(rows) * d, 18);
+  std::vector<double> y(rows * d), dx(rows * d);
+  auto loss = [&] {
+    ff.forward(x.data(), rows, y.data());
+    return dot(y, w);
+  };
+  loss();
+  ff.backward(x.data(), w.data(), dx.data());
+  expect_gradient("dx", x, dx, loss);
+  std::vector<double> dparam = s.grad;
+  expect_gradient("dparams", s.data, dparam, loss);
+}
+
+TEST(LayerNorm, GradientMatchesFiniteDifferencesMaskedAndUnmasked) {
+  const int rows = 7, d = 6;
+  for (bool masked : {false, true}) {
+    ParamStore<double> s;
+    NormOptions o;
+    o.kind = "layer";
+    auto norm = make_norm<double>(o, d, s, "ln", nullptr);
+    s.allocate(19);
+    randomize(s, 20);
+    auto x = randn(size_t(rows) * d, 21, 2.0, 0.5), w = randn(size_t(rows) * d, 22);
+    std::vector<uint8_t> mask(rows, 1);
+    if (masked) mask[1] = mask[4] = 0;
+    // The loss only sees unmasked rows, as the LM's loss does.
+    std::vector<double> wm = w;
+    for (int r = 0; r < rows; ++r)
+      if (!mask[r])
+        for (int c = 0; c < d; ++c) wm[r * d + c] = 0;
+    std::vector<double> y(rows * d), dx(rows * d);
+    auto loss = [&] {
+      norm->forward(x.data(), mask.data(), rows, y.data(), true);
+      return dot(y, wm);
+    };
+    loss();
+    norm->backward(x.data(), w.data(), mask.data(), rows, dx.data());
+    expect_gradient(masked ? "dx masked" : "dx", x, dx, loss);
+    std::vector<double> dparam = s.grad;
+    expect_gradient(masked ? "dgamma,dbeta masked" : "dgamma,dbeta", s.data, dparam, loss);
+  }
+}
+
+TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
+  const int rows = 4, V = 7;
+  const double eps = 0.1;
+  auto z = randn(size_t(rows) * V, 23);
+  std::vector<int32_t> t = {0, 3, 6, 2};
+  std::vector<uint8_t> mask = {1, 1, 0, 1};
+  auto loss = [&] { return k::softmax_xent_eval<double>(z.data(), t.data(), mask.data(), rows, V, eps).loss; };
+  std::vector<double> g = z;
+  const k::LossSums sums = k::softmax_xent<double>(g.data(), t.data(), mask.data(), rows, V, eps, 1.0);
+  EXPECT_EQ(sums.ntokens, 3);
+  expect_gradient("dlogits", z, g, loss);
+  // Value against the definition for row 0.
+  double lse = 0;
+  for (int j = 0; j < V; ++j) lse += std::exp(z[j]);
+  lse = std::log(lse);
+  const double nll0 = lse - z[0];
+  double smooth = 0;
+  for (int j = 0; j < V; ++j) smooth += lse - z[j];
+  const double eps_i = eps / (V - 1);
+  const auto one = k::softmax_xent_eval<double>(z.data(), t.data(), nullptr, 1, V, eps);
+  EXPECT_NEAR(one.loss, (1 - eps - eps_i) * nll0 + eps_i * smooth, 1e-12);
+  EXPECT_NEAR(one.nll, nll0, 1e-12);
+}
+
+TEST(Kernels, DropoutKeepsExpectedFractionAndIsDeterministic) {
+  const size_t n = 100000;
+  std::vector<uint8_t> a(n), b(n), c(n);
+  k::dropout_mask(42, n, 0.3f, a.data());
+  k::dropout_mask(42, n, 0.3f, b.data());
+  k::dropout_mask(43, n, 0.3f, c.data());
+  size_t kept = 0, same = 0;
+  for (size_t i = 0; i < n; ++i) kept += a[i], same += a[i] == c[i];
+  EXPECT_EQ(a, b);
+  EXPECT_NEAR(double(kept) / n, 0.7, 0.01);
+  EXPECT_LT(same, n);  // another seed gives another mask
+}
+
+TEST(Kernels, AdamFirstStepMovesBySignTimesLr) {
+  // At t=1 the bias-corrected update is lr * g / (|g| + eps) = lr * sign(g).
+  std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, -3.0f}, m(2, 0.0f), v(2, 0.0f);
+  k::adam_update(p.data(), g.data(), m.data(), v.data(), 2, 0.1f, 0.9f, 0.98f, 1e-8f, 0.0f, 1);
+  EXPECT_NEAR(p[0], 0.9f, 1e-5);
+  EXPECT_NEAR(p[1], -1.9f, 1e-5);
+}
+
+}  // namespace
+}  // namespace pn

@@ -1,0 +1,66 @@
+// Language-modelling data: a vocabulary built from the training text, token streams cut into
+// samples of tokens_per_sample, and the world-size-independent order of SPEC section 5.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/lm.h"
+
+namespace pn {
+
+struct Vocabulary {
+  static constexpr int32_t kPad = 0, kEos = 1, kUnk = 2;
+  std::vector<std::string> words;  // index -> word; 0 <pad>, 1 <eos>, 2 <unk>, then by frequency
+  std::unordered_map<std::string, int32_t> index;
+  int size() const { return int(words.size()); }
+  int32_t id(const std::string& w) const;
+};
+
+struct Corpus {
+  std::string name;  // directory or "builtin"
+  Vocabulary vocab;
+  std::vector<int32_t> train, valid, test;  // token streams, <eos> after every line
+  double entropy_floor = -1;  // nats/token of the best possible model on valid (builtin only)
+};
+
+// Reads DIR/{train,valid,test}.txt (or ptb.*.txt, wiki.*.tokens). Throws std::runtime_error
+// naming the missing or empty file and the fix.
+Corpus load_corpus(const std::string& dir);
+// The embedded corpus: text from a fixed second-order Markov source, so its entropy is known.
+Corpus builtin_corpus();
+// Builds a corpus from in-memory text (one sentence per line), the vocabulary from train.
+Corpus corpus_from_text(const std::string& name, const std::string& train,
+                        const std::string& valid, const std::string& test);
+
+// Samples of one token stream: sample s covers inputs stream[s*T, s*T+T) and targets shifted
+// by one. With `keep_tail` the last, shorter sample is kept and padded (masked).
+struct SampleSet {
+  const std::vector<int32_t>* stream = nullptr;
+  int tokens_per_sample = 0;
+  int64_t count = 0;
+  SampleSet() = default;
+  SampleSet(const std::vector<int32_t>& s, int tps, bool keep_tail);
+  // Appends samples[ids] as rows of a batch (resets the batch first).
+  void make_batch(const std::vector<int64_t>& ids, Batch* batch) const;
+};
+
+// The infinite training sample stream: epoch e is a permutation of all samples drawn from
+// (seed, e). Global sample g is epoch g / count, position g % count.
+struct SampleOrder {
+  int64_t count = 0;
+  uint64_t seed = 0;
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> perm;
+  SampleOrder(int64_t n, uint64_t s) : count(n), seed(s) {}
+  int64_t sample(int64_t g);
+};
+
+// The rows [begin, end) of a micro-batch of n samples that rank r of R takes (SPEC 5 and 7).
+inline void rank_share(int64_t n, int rank, int world, int64_t* begin, int64_t* end) {
+  *begin = n * rank / world;
+  *end = n * (rank + 1) / world;
+}
+
+}  // namespace pn

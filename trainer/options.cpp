@@ -1,0 +1,183 @@
+#include "trainer/options.h"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "layers/norms/norm.h"
+
+namespace po = boost::program_options;
+
+namespace pn {
+
+namespace {
+
+po::options_description describe(Options& o) {
+  po::options_description data("Data");
+  data.add_options()
+    ("data", po::value(&o.data)->default_value(o.data),
+     "corpus directory holding train/valid/test (train.txt, ptb.train.txt or wiki.train.tokens "
+     "names), or 'builtin' for the generated corpus embedded in pntrain")
+    ("tokens-per-sample", po::value(&o.tokens_per_sample)->default_value(o.tokens_per_sample),
+     "tokens per sample (sequence length)")
+    ("max-tokens", po::value(&o.max_tokens)->default_value(o.max_tokens),
+     "tokens per rank per micro-step (a multiple of --tokens-per-sample)")
+    ("update-freq", po::value(&o.update_freq)->default_value(o.update_freq),
+     "micro-steps accumulated per update")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "seed of data order, init and dropout");
+
+  po::options_description model("Model");
+  model.add_options()
+    ("decoder-layers", po::value(&o.decoder_layers)->default_value(o.decoder_layers), "blocks")
+    ("decoder-embed-dim", po::value(&o.decoder_embed_dim)->default_value(o.decoder_embed_dim),
+     "model dimension d")
+    ("decoder-attention-heads",
+     po::value(&o.decoder_attention_heads)->default_value(o.decoder_attention_heads),
+     "attention heads")
+    ("decoder-ffn-embed-dim",
+     po::value(&o.decoder_ffn_embed_dim)->default_value(o.decoder_ffn_embed_dim),
+     "feed-forward hidden dimension")
+    ("dropout", po::value(&o.dropout)->default_value(o.dropout),
+     "dropout after attention and feed-forward")
+    ("norm", po::value(&o.norm), "norm of every place (overrides --norm-self/-ff/-final)")
+    ("norm-self", po::value(&o.norm_self)->default_value(o.norm_self), "norm before attention")
+    ("norm-ff", po::value(&o.norm_ff)->default_value(o.norm_ff), "norm before feed-forward")
+    ("norm-final", po::value(&o.norm_final)->default_value(o.norm_final), "final norm")
+    ("norm-groups", po::value(&o.norm_groups)->default_value(o.norm_groups),
+     "groups of the 'group' norm (0: the number of attention heads)")
+    ("norm-prescale-groups",
+     po::value(&o.norm_prescale_groups)->default_value(o.norm_prescale_groups),
+     "pre-scaling groups before batch-type norms (0: off)")
+    ("norm-eps", po::value(&o.norm_eps)->default_value(o.norm_eps), "eps inside square roots")
+    ("norm-alpha", po::value(&o.norm_alpha)->default_value(o.norm_alpha),
+     "running-statistics momentum of batch and power_v")
+    ("pn-alpha-fwd", po::value(&o.pn_alpha_fwd)->default_value(o.pn_alpha_fwd),
+     "PN forward momentum")
+    ("pn-alpha-bkw", po::value(&o.pn_alpha_bkw)->default_value(o.pn_alpha_bkw),
+     "PN backward momentum")
+    ("pn-warmup", po::value(&o.pn_warmup)->default_value(o.pn_warmup),
+     "PN warmup iterations (-1: warmup-updates * update-freq)");
+
+  po::options_description optim("Optimisation");
+  optim.add_options()
+    ("lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
+    ("lr-scheduler", po::value(&o.lr_scheduler)->default_value(o.lr_scheduler),
+     "inverse_sqrt or fixed")
+    ("warmup-updates", po::value(&o.warmup_updates)->default_value(o.warmup_updates),
+     "linear warmup updates")
+    ("warmup-init-lr", po::value(&o.warmup_init_lr)->default_value(o.warmup_init_lr),
+     "learning rate at update 0 of the warmup")
+    ("adam-betas-1", po::value(&o.adam_beta1)->default_value(o.adam_beta1), "Adam beta1")
+    ("adam-betas-2", po::value(&o.adam_beta2)->default_value(o.adam_beta2), "Adam beta2")
+    ("adam-eps", po::value(&o.adam_eps)->default_value(o.adam_eps), "Adam epsilon")
+    ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay),
+     "decoupled weight decay")
+    ("clip-norm", po::value(&o.clip_norm)->default_value(o.clip_norm),
+     "clip the gradient norm (0: off)")
+    ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing),
+     "label smoothing epsilon")
+    ("max-update", po::value(&o.max_update)->default_value(o.max_update), "updates to train")
+    ("max-epoch", po::value(&o.max_epoch)->default_value(o.max_epoch),
+     "stop after this many epochs (0: no limit)");
+
+  po::options_description run("Evaluation, logging and output");
+  run.add_options()
+    ("validate-interval-updates",
+     po::value(&o.validate_interval_updates)->default_value(o.validate_interval_updates),
+     "validate every N updates (and at the end)")
+    ("log-interval", po::value(&o.log_interval)->default_value(o.log_interval),
+     "progress line every N updates")
+    ("metrics", po::value(&o.metrics), "write one JSON object per update/validation to FILE")
+    ("threads", po::value(&o.threads)->default_value(o.threads),
+     "threads per rank (0: the node's cores divided by its ranks)");
+
+  po::options_description all;
+  all.add(data).add(model).add(optim).add(run);
+  return all;
+}
+
+}  // namespace
+
+bool parse_options(int argc, char** argv, Options* out, std::string* help) {
+  Options o;
+  po::options_description file_opts = describe(o);
+  po::options_description cmdline("pntrain: data-parallel Transformer LM training with "
+                                  "LayerNorm, BatchNorm and PowerNorm\n\nUsage: [mpirun -np R] "
+                                  "pntrain [--config FILE] [options]\n\nGeneral");
+  cmdline.add_options()("help,h", "print this help")(
+      "config", po::value(&o.config), "INI file of options (the command line wins)");
+  cmdline.add(file_opts);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, cmdline), vm);
+    if (vm.count("help")) {
+      std::ostringstream ss;
+      ss << cmdline;
+      *help = ss.str();
+      return false;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in)
+        throw std::invalid_argument("cannot read the config file '" + path +
+                                    "': check the path given to --config");
+      try {
+        po::store(po::parse_config_file(in, file_opts), vm);
+      } catch (const po::error& e) {
+        throw std::invalid_argument("in config file '" + path + "': " + e.what() +
+                                    " (see pntrain --help for the option names and types)");
+      }
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (see pntrain --help)");
+  }
+  if (!o.norm.empty()) o.norm_self = o.norm_ff = o.norm_final = o.norm;
+  *out = o;
+  return true;
+}
+
+void validate_options(const Options& o) {
+  auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+  if (o.tokens_per_sample < 2) fail("--tokens-per-sample must be at least 2");
+  if (o.max_tokens < o.tokens_per_sample)
+    fail("--max-tokens " + std::to_string(o.max_tokens) + " is smaller than one sample (" +
+         "--tokens-per-sample " + std::to_string(o.tokens_per_sample) +
+         "): raise --max-tokens or lower --tokens-per-sample");
+  if (o.update_freq < 1) fail("--update-freq must be at least 1");
+  if (o.decoder_layers < 0 || o.decoder_embed_dim < 1 || o.decoder_ffn_embed_dim < 1)
+    fail("model sizes must be positive");
+  if (o.decoder_attention_heads < 1 || o.decoder_embed_dim % o.decoder_attention_heads)
+    fail("--decoder-attention-heads " + std::to_string(o.decoder_attention_heads) +
+         " must divide --decoder-embed-dim " + std::to_string(o.decoder_embed_dim));
+  if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
+  if (o.label_smoothing < 0 || o.label_smoothing >= 1) fail("--label-smoothing must be in [0, 1)");
+  if (!(o.lr > 0)) fail("--lr must be positive");
+  if (o.lr_scheduler != "inverse_sqrt" && o.lr_scheduler != "fixed")
+    fail("--lr-scheduler '" + o.lr_scheduler + "' is unknown: use inverse_sqrt or fixed");
+  if (o.max_update < 0) fail("--max-update must be >= 0");
+  if (o.norm_eps <= 0) fail("--norm-eps must be positive");
+  for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
+    if (!is_norm_kind(n)) {
+      std::string known;
+      for (const auto& k : norm_kinds()) known += (known.empty() ? "" : ", ") + k;
+      fail("unknown norm '" + n + "': choose one of " + known);
+    }
+}
+
+NormOptions norm_options(const Options& o, const std::string& place) {
+  NormOptions n;
+  n.kind = place == "self" ? o.norm_self : place == "ff" ? o.norm_ff : o.norm_final;
+  n.groups = o.norm_groups > 0 ? o.norm_groups : o.decoder_attention_heads;
+  n.prescale_groups = o.norm_prescale_groups;
+  n.eps = o.norm_eps;
+  n.alpha = o.norm_alpha;
+  n.alpha_fwd = o.pn_alpha_fwd;
+  n.alpha_bkw = o.pn_alpha_bkw;
+  n.warmup = o.pn_warmup >= 0 ? o.pn_warmup : int64_t(o.warmup_updates) * o.update_freq;
+  return n;
+}
+
+}  // namespace pn

@@ -1,0 +1,54 @@
+// Every pntrain option, declared once with its default and help text (trainer/options.cpp).
+// The same declarations serve the command line and INI config files (--config FILE); the
+// command line wins over the file.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/lm.h"
+
+namespace pn {
+
+struct Options {
+  // data
+  std::string data = "builtin";  // a directory with train/valid/test files, or "builtin"
+  int tokens_per_sample = 64;
+  int max_tokens = 2048;          // tokens per rank per micro-step
+  int update_freq = 1;
+  uint64_t seed = 1;
+  // model
+  int decoder_layers = 2, decoder_embed_dim = 128, decoder_attention_heads = 4,
+      decoder_ffn_embed_dim = 512;
+  double dropout = 0.1;
+  std::string norm, norm_self = "layer", norm_ff = "layer", norm_final = "layer";
+  int norm_groups = 0;  // 0: the number of attention heads
+  int norm_prescale_groups = 0;
+  double norm_eps = 1e-5, norm_alpha = 0.9, pn_alpha_fwd = 0.9, pn_alpha_bkw = 0.9;
+  int64_t pn_warmup = -1;  // -1: warmup_updates * update_freq
+  // optimisation
+  double lr = 5e-4, adam_eps = 1e-8, weight_decay = 0.0, clip_norm = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.98;
+  double label_smoothing = 0.1;
+  std::string lr_scheduler = "inverse_sqrt";
+  int warmup_updates = 100;
+  double warmup_init_lr = 0.0;
+  int max_update = 1000;
+  int max_epoch = 0;
+  // evaluation, logging, output
+  int validate_interval_updates = 200;
+  int log_interval = 10;
+  std::string metrics;
+  int threads = 0;  // 0: cores of the node divided by its ranks
+  std::string config;
+};
+
+// Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws
+// std::invalid_argument with a message naming the culprit and the fix on bad input.
+bool parse_options(int argc, char** argv, Options* out, std::string* help);
+// Checks values against each other (after parsing), throwing std::invalid_argument.
+void validate_options(const Options& o);
+// Norm options of one place ("self", "ff" or "final") from the flat options.
+NormOptions norm_options(const Options& o, const std::string& kind);
+
+}  // namespace pn
