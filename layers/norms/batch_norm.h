@@ -1,0 +1,45 @@
+// BatchNorm over the statistics batch S (the unmasked rows; SPEC section 2), paper eq. 3.
+// Forward (training), per feature column, B = |S|:
+//   mu_B = mean_S x;  sigma_B^2 = mean_S (x - mu_B)^2 (biased);  rstd = 1/sqrt(sigma_B^2 + eps)
+//   xh = (x - mu_B) * rstd;  y = gamma * xh + beta           (masked rows too)
+//   running: mu <- alpha mu + (1-alpha) mu_B;  sigma^2 <- alpha sigma^2 + (1-alpha) sigma_B^2
+// The sums are taken in double around a shift (the running mean, identical on every rank of a
+// synchronized layer), so a large mean does not cancel the variance away.
+// Backward (exact), g = gamma * dy:
+//   dx = rstd * (g - mean_S g - xh * mean_S(g xh)) on S, 0 on masked rows
+//   dgamma = sum_S dy * xh;  dbeta = sum_S dy
+// Inference, and training with B = 0: gamma * (x - mu) / sqrt(sigma^2 + eps) + beta with the
+// running state, which is then left unchanged; dx = 0 and no parameter gradient.
+// SyncBatchNorm (sync_batch_norm.h) is this layer with comm set: the forward all-reduces
+// [count, sum(x - shift), sum (x - shift)^2] and the backward [sum dy, sum dy (x - mu_B)] in
+// one buffer each, so every rank counts with its own number of tokens.
+#pragma once
+#include <vector>
+
+#include "layers/norms/norm.h"
+
+namespace pn {
+
+template <class T>
+struct BatchNorm : Norm<T> {
+  ParamStore<T>* store;
+  int d, gamma, beta;
+  double eps, alpha;
+  Communicator* comm = nullptr;  // non-null: statistics summed over every rank
+  std::vector<double> running_mean, running_var;
+  // Saved by the training forward for backward.
+  std::vector<double> mean, rstd;
+  double count = 0;  // B, over all ranks when synchronized
+
+  BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  std::vector<StateTensor> state() override;
+
+ protected:
+  void reduce(double* buf, size_t n) {
+    if (comm) comm->allreduce_sum(buf, n);
+  }
+};
+
+}  // namespace pn

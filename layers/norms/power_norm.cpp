@@ -1,0 +1,87 @@
+#include "layers/norms/power_norm.h"
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "kernels/norm_kernels.h"
+
+namespace pn {
+
+template <class T>
+PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
+    : store(&s), d(dim), eps(o.eps), alpha_fwd(o.alpha_fwd), alpha_bkw(o.alpha_bkw),
+      warmup(o.warmup), running_psi2(dim, 1.0), nu(dim, 0.0), inv_s(dim, 1.0),
+      sum_x2(dim, 0.0) {
+  gamma = s.add(name + ".weight", {d}, Init::Ones);
+  beta = s.add(name + ".bias", {d}, Init::Zeros);
+}
+
+template <class T>
+void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+  count = 0;
+  if (training) {
+    std::vector<double> buf(1 + size_t(d));  // [count | sum x^2]
+    k::column_stats<T>(x, mask, rows, d, nullptr, &buf[0], nullptr, &buf[1]);
+    reduce(buf.data(), buf.size());
+    count = buf[0];
+    if (count > 0) {
+      t += 1;
+      const bool warm = t <= double(warmup);
+      for (int c = 0; c < d; ++c) {
+        sum_x2[c] = buf[1 + c];
+        const double psi2_b = sum_x2[c] / count;
+        inv_s[c] = 1.0 / std::sqrt((warm ? psi2_b : running_psi2[c]) + eps);
+        running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t
+                               : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+      }
+      k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta),
+                          y);
+      return;
+    }
+  }
+  std::vector<double> inv(d);
+  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+  k::column_affine<T>(x, rows, d, nullptr, inv.data(), store->p(gamma), store->p(beta), y);
+}
+
+template <class T>
+void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+  std::vector<double> buf(d, 0.0), sum_dy(d, 0.0);  // buf: sum_S g xh
+  const T* gm = store->p(gamma);
+  if (count > 0) {
+    k::column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy.data(), buf.data());
+    T* dg = store->g(gamma);
+    T* db = store->g(beta);
+    for (int c = 0; c < d; ++c) {
+      const double dy_xh = buf[c] * inv_s[c];
+      dg[c] += T(dy_xh);
+      db[c] += T(sum_dy[c]);
+      buf[c] = double(gm[c]) * dy_xh;
+    }
+  }
+  reduce(buf.data(), buf.size());  // every rank joins, even with no rows
+  if (count <= 0) {
+    k::fill<T>(dx, size_t(rows) * d, T(0));
+    return;
+  }
+  // dx with the nu of before this iteration, then the nu update.
+  k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
+                             nu.data(), dx);
+  for (int c = 0; c < d; ++c) {
+    const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / count;
+    const double Lambda = buf[c] / count;
+    nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + (1 - alpha_bkw) * Lambda;
+  }
+}
+
+template <class T>
+std::vector<StateTensor> PowerNorm<T>::state() {
+  return {{"running_psi2", running_psi2.data(), running_psi2.size()},
+          {"nu", nu.data(), nu.size()},
+          {"t", &t, 1}};
+}
+
+template struct PowerNorm<float>;
+template struct PowerNorm<double>;
+
+}  // namespace pn

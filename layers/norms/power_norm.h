@@ -1,0 +1,52 @@
+// PowerNorm (PN; paper Algorithm 2, Definition 3, warmup of appendix A.1; SPEC section 2).
+// State per feature: psi^2 (init 1), nu (init 0); t counts training forwards (init 0).
+// Forward (training), B = |S| > 0:
+//   t <- t + 1;  psi_B^2 = mean_S x^2
+//   s = sqrt(psi_B^2 + eps) if t <= W, else sqrt(psi^2 + eps) (psi^2 before this iteration)
+//   xh = x / s;  y = gamma * xh + beta                         (masked rows too)
+//   psi^2 <- psi^2 + (psi_B^2 - psi^2) / t if t <= W (cumulative mean),
+//            alpha_fwd psi^2 + (1 - alpha_fwd) psi_B^2 otherwise
+// Backward (approximate), g = gamma * dy, nu from before this iteration:
+//   dx = (g - nu * xh) / s on S (the forward's s: paper eq. 12), 0 on masked rows
+//   Gamma = mean_S xh^2 = (sum_S x^2) / (B s^2);  Lambda = mean_S g xh
+//   nu <- nu (1 - (1 - alpha_bkw) Gamma) + (1 - alpha_bkw) Lambda
+//   dgamma = sum_S dy * xh;  dbeta = sum_S dy
+// Inference, and training with B = 0: gamma * x / sqrt(psi^2 + eps) + beta; psi^2, nu and t
+// unchanged, dx = 0, no parameter gradient.
+// `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
+// (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
+// [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
+// rank), so the state is identical on every rank.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "layers/norms/norm.h"
+
+namespace pn {
+
+template <class T>
+struct PowerNorm : Norm<T> {
+  ParamStore<T>* store;
+  int d, gamma, beta;
+  double eps, alpha_fwd, alpha_bkw;
+  int64_t warmup;
+  Communicator* comm = nullptr;  // non-null: statistics summed over every rank
+  std::vector<double> running_psi2, nu;
+  double t = 0;  // training forward count, a double so that state() can expose it
+  // Saved by the training forward for backward.
+  std::vector<double> inv_s, sum_x2;
+  double count = 0;
+
+  PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  std::vector<StateTensor> state() override;
+
+ protected:
+  void reduce(double* buf, size_t n) {
+    if (comm) comm->allreduce_sum(buf, n);
+  }
+};
+
+}  // namespace pn

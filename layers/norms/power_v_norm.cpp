@@ -1,0 +1,75 @@
+#include "layers/norms/power_v_norm.h"
+
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "kernels/norm_kernels.h"
+
+namespace pn {
+
+template <class T>
+PowerVNorm<T>::PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s,
+                          const std::string& name)
+    : store(&s), d(dim), eps(o.eps), alpha(o.alpha), running_psi2(dim, 1.0), inv_s(dim, 1.0) {
+  gamma = s.add(name + ".weight", {d}, Init::Ones);
+  beta = s.add(name + ".bias", {d}, Init::Zeros);
+}
+
+template <class T>
+void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+  count = 0;
+  if (training) {
+    std::vector<double> buf(1 + size_t(d));  // [count | sum x^2]
+    k::column_stats<T>(x, mask, rows, d, nullptr, &buf[0], nullptr, &buf[1]);
+    reduce(buf.data(), buf.size());
+    count = buf[0];
+    if (count > 0) {
+      for (int c = 0; c < d; ++c) {
+        const double psi2_b = buf[1 + c] / count;
+        inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
+        running_psi2[c] = alpha * running_psi2[c] + (1 - alpha) * psi2_b;
+      }
+      k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta),
+                          y);
+      return;
+    }
+  }
+  std::vector<double> inv(d);
+  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+  k::column_affine<T>(x, rows, d, nullptr, inv.data(), store->p(gamma), store->p(beta), y);
+}
+
+template <class T>
+void PowerVNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+  std::vector<double> buf(d, 0.0), sum_dy(d, 0.0);  // buf: sum_S g xh
+  const T* gm = store->p(gamma);
+  if (count > 0) {
+    k::column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy.data(), buf.data());
+    T* dg = store->g(gamma);
+    T* db = store->g(beta);
+    for (int c = 0; c < d; ++c) {
+      const double dy_xh = buf[c] * inv_s[c];
+      dg[c] += T(dy_xh);
+      db[c] += T(sum_dy[c]);
+      buf[c] = double(gm[c]) * dy_xh;
+    }
+  }
+  reduce(buf.data(), buf.size());  // every rank joins, even with no rows
+  if (count <= 0) {
+    k::fill<T>(dx, size_t(rows) * d, T(0));
+    return;
+  }
+  for (int c = 0; c < d; ++c) buf[c] /= count;  // mean_S g xh
+  k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
+                             buf.data(), dx);
+}
+
+template <class T>
+std::vector<StateTensor> PowerVNorm<T>::state() {
+  return {{"running_psi2", running_psi2.data(), running_psi2.size()}};
+}
+
+template struct PowerVNorm<float>;
+template struct PowerVNorm<double>;
+
+}  // namespace pn

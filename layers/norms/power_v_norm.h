@@ -1,0 +1,40 @@
+// PN-V (paper eq. 5-6): batch quadratic mean instead of mean and variance, exact gradient.
+// Forward (training), per feature column, B = |S| (unmasked rows):
+//   psi_B^2 = mean_S x^2;  s = sqrt(psi_B^2 + eps);  xh = x / s;  y = gamma * xh + beta
+//   running: psi^2 <- alpha psi^2 + (1-alpha) psi_B^2   (init 1)
+// Backward (exact), g = gamma * dy:
+//   dx = (g - xh * mean_S(g xh)) / s on S, 0 on masked rows
+//   dgamma = sum_S dy * xh;  dbeta = sum_S dy
+// Inference, and training with B = 0: gamma * x / sqrt(psi^2 + eps) + beta, state unchanged,
+// dx = 0, no parameter gradient.
+// SyncPowerVNorm (sync_power_v_norm.h) sets comm: forward all-reduces [count, sum x^2],
+// backward [sum g xh], one double buffer each.
+#pragma once
+#include <vector>
+
+#include "layers/norms/norm.h"
+
+namespace pn {
+
+template <class T>
+struct PowerVNorm : Norm<T> {
+  ParamStore<T>* store;
+  int d, gamma, beta;
+  double eps, alpha;
+  Communicator* comm = nullptr;  // non-null: statistics summed over every rank
+  std::vector<double> running_psi2;
+  std::vector<double> inv_s;  // 1/s, saved by the training forward
+  double count = 0;
+
+  PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  std::vector<StateTensor> state() override;
+
+ protected:
+  void reduce(double* buf, size_t n) {
+    if (comm) comm->allreduce_sum(buf, n);
+  }
+};
+
+}  // namespace pn

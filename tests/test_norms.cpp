@@ -1,0 +1,389 @@
+// The normalization family of SPEC section 2 (one process): finite-difference gradient checks
+// of every exact-gradient layer, PN against a hand computation of the SPEC pseudo-code,
+// empty statistics batches, inference with the running state, and the precision of the
+// batch statistics.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "comm/communicator.h"
+#include "gradcheck.h"
+#include "layers/norms/norm.h"
+
+namespace pn {
+namespace {
+
+using test::dot;
+using test::expect_gradient;
+using test::randn;
+
+void randomize(ParamStore<double>& s, uint64_t seed) {
+  auto r = randn(s.data.size(), seed, 0.5);
+  for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
+}
+
+std::map<std::string, std::vector<double>> snapshot(Norm<double>& n) {
+  std::map<std::string, std::vector<double>> m;
+  for (const StateTensor& t : n.state()) m[t.name] = std::vector<double>(t.data, t.data + t.n);
+  return m;
+}
+
+NormOptions opts(const std::string& kind, int prescale = 0, int groups = 1) {
+  NormOptions o;
+  o.kind = kind;
+  o.prescale_groups = prescale;
+  o.groups = groups;
+  return o;
+}
+
+std::string label(const NormOptions& o, bool masked) {
+  return o.kind + (o.prescale_groups ? " prescale " + std::to_string(o.prescale_groups) : "") +
+         (masked ? " masked" : "");
+}
+
+// Gradient of L = sum over unmasked rows of y * w, in x and in gamma/beta.
+void check_gradients(const NormOptions& o, bool masked) {
+  SCOPED_TRACE(label(o, masked));
+  const int rows = 9, d = 6;
+  auto comm = make_single_communicator();
+  ParamStore<double> s;
+  auto norm = make_norm<double>(o, d, s, "n", comm.get());
+  s.allocate(19);
+  randomize(s, 20);
+  auto x = randn(size_t(rows) * d, 21, 2.0, 0.5), w = randn(size_t(rows) * d, 22);
+  std::vector<uint8_t> mask(rows, 1);
+  if (masked) mask[1] = mask[4] = mask[8] = 0;
+  std::vector<double> wm = w;
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r])
+      for (int c = 0; c < d; ++c) wm[r * d + c] = 0;
+  std::vector<double> y(rows * d), dx(rows * d);
+  auto loss = [&] {
+    norm->forward(x.data(), mask.data(), rows, y.data(), true);
+    return dot(y, wm);
+  };
+  loss();
+  // Masked rows' dy is arbitrary (w): it must not matter.
+  norm->backward(x.data(), w.data(), mask.data(), rows, dx.data());
+  for (int r = 0; r < rows; ++r)
+    if (!mask[r]) {
+      for (int c = 0; c < d; ++c) EXPECT_EQ(dx[r * d + c], 0.0) << "masked row " << r;
+    }
+  expect_gradient("dx", x, dx, loss, 1e-6);
+  std::vector<double> dparam = s.grad;
+  expect_gradient("dgamma,dbeta", s.data, dparam, loss, 1e-6);
+}
+
+TEST(Norms, KindsAreRegistered) {
+  for (const char* k : {"layer", "rms", "group", "batch", "sync_batch", "power_v",
+                        "sync_power_v", "power", "sync_power"})
+    EXPECT_TRUE(is_norm_kind(k)) << k;
+  EXPECT_FALSE(is_norm_kind("instance"));
+  ParamStore<double> s;
+  EXPECT_THROW(make_norm<double>(opts("group", 0, 4), 6, s, "g", nullptr), std::invalid_argument);
+  EXPECT_THROW(make_norm<double>(opts("sync_batch"), 6, s, "b", nullptr), std::invalid_argument);
+}
+
+TEST(Norms, GradientsMatchFiniteDifferences) {
+  for (bool masked : {false, true}) {
+    check_gradients(opts("layer"), masked);
+    check_gradients(opts("rms"), masked);
+    check_gradients(opts("group", 0, 3), masked);
+    check_gradients(opts("group", 0, 1), masked);
+    check_gradients(opts("batch"), masked);
+    check_gradients(opts("power_v"), masked);
+    check_gradients(opts("sync_batch"), masked);
+    check_gradients(opts("sync_power_v"), masked);
+    check_gradients(opts("batch", 1), masked);
+    check_gradients(opts("batch", 2), masked);
+    check_gradients(opts("power_v", 1), masked);
+    check_gradients(opts("power_v", 3), masked);
+  }
+}
+
+TEST(Norms, RmsAndGroupValues) {
+  const int rows = 3, d = 4;
+  auto x = randn(size_t(rows) * d, 30, 1.5, 0.3);
+  ParamStore<double> s;
+  auto rms = make_norm<double>(opts("rms"), d, s, "r", nullptr);
+  auto grp = make_norm<double>(opts("group", 0, 2), d, s, "g", nullptr);
+  s.allocate(1);
+  randomize(s, 31);
+  EXPECT_EQ(s.specs.size(), 3u);  // rms has no bias
+  std::vector<double> y(rows * d), yg(rows * d);
+  rms->forward(x.data(), nullptr, rows, y.data(), true);
+  grp->forward(x.data(), nullptr, rows, yg.data(), true);
+  const double* gr = s.p(0);
+  const double *gg = s.p(1), *bg = s.p(2);
+  for (int r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int c = 0; c < d; ++c) ms += x[r * d + c] * x[r * d + c] / d;
+    for (int c = 0; c < d; ++c)
+      EXPECT_NEAR(y[r * d + c], gr[c] * x[r * d + c] / std::sqrt(ms + 1e-5), 1e-12);
+    for (int j = 0; j < 2; ++j) {
+      const double a = x[r * d + 2 * j], b = x[r * d + 2 * j + 1], mu = (a + b) / 2;
+      const double var = ((a - mu) * (a - mu) + (b - mu) * (b - mu)) / 2;
+      for (int c = 2 * j; c < 2 * j + 2; ++c)
+        EXPECT_NEAR(yg[r * d + c], gg[c] * (x[r * d + c] - mu) / std::sqrt(var + 1e-5) + bg[c],
+                    1e-12);
+    }
+  }
+}
+
+// The SPEC pseudo-code of PN, written out element by element.
+struct PnReference {
+  int d;
+  double eps, af, ab;
+  int64_t W;
+  std::vector<double> psi2, nu, s;
+  int64_t t = 0;
+  PnReference(int d_, double eps_, double af_, double ab_, int64_t W_)
+      : d(d_), eps(eps_), af(af_), ab(ab_), W(W_), psi2(d_, 1.0), nu(d_, 0.0), s(d_) {}
+  void forward(const std::vector<double>& x, const std::vector<uint8_t>& m, const double* g,
+               const double* b, std::vector<double>& y) {
+    const int rows = int(m.size());
+    double B = 0;
+    for (auto v : m) B += v ? 1 : 0;
+    t += 1;
+    for (int c = 0; c < d; ++c) {
+      double pb = 0;
+      for (int r = 0; r < rows; ++r)
+        if (m[r]) pb += x[r * d + c] * x[r * d + c];
+      pb /= B;
+      s[c] = t <= W ? std::sqrt(pb + eps) : std::sqrt(psi2[c] + eps);
+      for (int r = 0; r < rows; ++r) y[r * d + c] = g[c] * x[r * d + c] / s[c] + b[c];
+      psi2[c] = t <= W ? psi2[c] + (pb - psi2[c]) / double(t) : af * psi2[c] + (1 - af) * pb;
+    }
+  }
+  void backward(const std::vector<double>& x, const std::vector<double>& dy,
+                const std::vector<uint8_t>& m, const double* g, std::vector<double>& dx,
+                std::vector<double>& dgamma, std::vector<double>& dbeta) {
+    const int rows = int(m.size());
+    double B = 0;
+    for (auto v : m) B += v ? 1 : 0;
+    for (int c = 0; c < d; ++c) {
+      double Gam = 0, Lam = 0;
+      dgamma[c] = dbeta[c] = 0;
+      for (int r = 0; r < rows; ++r) {
+        const double xh = x[r * d + c] / s[c], gg = g[c] * dy[r * d + c];
+        dx[r * d + c] = m[r] ? (gg - nu[c] * xh) / s[c] : 0.0;
+        if (!m[r]) continue;
+        Gam += xh * xh / B;
+        Lam += gg * xh / B;
+        dgamma[c] += dy[r * d + c] * xh;
+        dbeta[c] += dy[r * d + c];
+      }
+      nu[c] = nu[c] * (1 - (1 - ab) * Gam) + (1 - ab) * Lam;
+    }
+  }
+};
+
+void check_power_against_reference(const std::string& kind, int W) {
+  SCOPED_TRACE(kind);
+  const int rows = 6, d = 3;
+  NormOptions o = opts(kind);
+  o.warmup = W;
+  o.alpha_fwd = 0.7;
+  o.alpha_bkw = 0.8;
+  auto comm = make_single_communicator();
+  ParamStore<double> s;
+  auto pn = make_norm<double>(o, d, s, "pn", comm.get());
+  s.allocate(1);
+  randomize(s, 40);
+  PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W);
+  std::vector<double> y(rows * d), yr(rows * d), dx(rows * d), dxr(rows * d), dgr(d), dbr(d);
+  for (int it = 0; it < 4; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it + 1));
+    auto x = randn(size_t(rows) * d, 41 + it, 1.0 + it, 0.2 * it);
+    auto dy = randn(size_t(rows) * d, 51 + it);
+    std::vector<uint8_t> mask(rows, 1);
+    mask[it % rows] = 0;
+    std::fill(s.grad.begin(), s.grad.end(), 0.0);
+    pn->forward(x.data(), mask.data(), rows, y.data(), true);
+    ref.forward(x, mask, s.p(0), s.p(1), yr);
+    pn->backward(x.data(), dy.data(), mask.data(), rows, dx.data());
+    ref.backward(x, dy, mask, s.p(0), dxr, dgr, dbr);
+    for (int i = 0; i < rows * d; ++i) {
+      EXPECT_NEAR(y[i], yr[i], 1e-12) << "y " << i;
+      EXPECT_NEAR(dx[i], dxr[i], 1e-12) << "dx " << i;
+    }
+    auto st = snapshot(*pn);
+    for (int c = 0; c < d; ++c) {
+      EXPECT_NEAR(s.g(0)[c], dgr[c], 1e-12) << "dgamma " << c;
+      EXPECT_NEAR(s.g(1)[c], dbr[c], 1e-12) << "dbeta " << c;
+      EXPECT_NEAR(st["running_psi2"][c], ref.psi2[c], 1e-12) << "psi2 " << c;
+      EXPECT_NEAR(st["nu"][c], ref.nu[c], 1e-12) << "nu " << c;
+    }
+    EXPECT_EQ(st["t"][0], double(it + 1));
+  }
+}
+
+TEST(PowerNorm, MatchesSpecPseudoCodeAcrossWarmup) {
+  check_power_against_reference("power", 2);
+  check_power_against_reference("power", 0);
+  check_power_against_reference("sync_power", 2);
+}
+
+// Runs `iters` masked training iterations of kind and its twin and expects identical results.
+TEST(Norms, SyncLayersEqualLocalTwinsUnderOneRank) {
+  auto comm = make_single_communicator();
+  for (auto [sync, local] : std::vector<std::pair<std::string, std::string>>{
+           {"sync_batch", "batch"}, {"sync_power_v", "power_v"}, {"sync_power", "power"}}) {
+    SCOPED_TRACE(sync);
+    const int rows = 8, d = 5;
+    NormOptions os = opts(sync, 1), ol = opts(local, 1);
+    os.warmup = ol.warmup = 2;
+    ParamStore<double> ss, sl;
+    auto a = make_norm<double>(os, d, ss, "n", comm.get());
+    auto b = make_norm<double>(ol, d, sl, "n", nullptr);
+    EXPECT_TRUE(a->synchronized());
+    EXPECT_FALSE(b->synchronized());
+    ss.allocate(3);
+    sl.allocate(3);
+    for (int it = 0; it < 4; ++it) {
+      auto x = randn(size_t(rows) * d, 60 + it, 2.0, 1.0), dy = randn(size_t(rows) * d, 70 + it);
+      std::vector<uint8_t> mask(rows, 1);
+      mask[(3 * it) % rows] = 0;
+      std::vector<double> ya(rows * d), yb(rows * d), dxa(rows * d), dxb(rows * d);
+      a->forward(x.data(), mask.data(), rows, ya.data(), true);
+      b->forward(x.data(), mask.data(), rows, yb.data(), true);
+      a->backward(x.data(), dy.data(), mask.data(), rows, dxa.data());
+      b->backward(x.data(), dy.data(), mask.data(), rows, dxb.data());
+      EXPECT_EQ(ya, yb);
+      EXPECT_EQ(dxa, dxb);
+      EXPECT_EQ(ss.grad, sl.grad);
+      EXPECT_EQ(snapshot(*a), snapshot(*b));
+    }
+  }
+}
+
+// A micro-step whose statistics batch is empty uses the inference formula, keeps the state,
+// gives dx = 0 and no parameter gradient, and never NaN.
+TEST(Norms, EmptyStatisticsBatch) {
+  auto comm = make_single_communicator();
+  for (const char* kind : {"batch", "sync_batch", "power_v", "sync_power_v", "power",
+                           "sync_power", "layer", "rms", "group"}) {
+    for (int prescale : {0, 1}) {
+      SCOPED_TRACE(std::string(kind) + " prescale " + std::to_string(prescale));
+      const int rows = 5, d = 4;
+      NormOptions o = opts(kind, prescale, 2);
+      o.warmup = 1;
+      ParamStore<double> s;
+      auto n = make_norm<double>(o, d, s, "n", comm.get());
+      s.allocate(1);
+      randomize(s, 80);
+      auto x = randn(size_t(rows) * d, 81, 2.0, 1.0), dy = randn(size_t(rows) * d, 82);
+      std::vector<double> y(rows * d), yi(rows * d), dx(rows * d, 7.0);
+      std::vector<uint8_t> ones(rows, 1), zeros(rows, 0);
+      for (int it = 0; it < 2; ++it) {  // a non-trivial state first
+        n->forward(x.data(), ones.data(), rows, y.data(), true);
+        n->backward(x.data(), dy.data(), ones.data(), rows, dx.data());
+      }
+      const auto before = snapshot(*n);
+      std::fill(s.grad.begin(), s.grad.end(), 0.0);
+      auto x2 = randn(size_t(rows) * d, 83, 3.0);
+      n->forward(x2.data(), nullptr, rows, yi.data(), false);
+      n->forward(x2.data(), zeros.data(), rows, y.data(), true);
+      n->backward(x2.data(), dy.data(), zeros.data(), rows, dx.data());
+      if (std::string(kind) != "layer" && std::string(kind) != "rms" &&
+          std::string(kind) != "group") {
+        EXPECT_EQ(y, yi);  // inference formula
+      }
+      for (int i = 0; i < rows * d; ++i) {
+        EXPECT_TRUE(std::isfinite(y[i])) << i;
+        EXPECT_EQ(dx[i], 0.0) << i;
+      }
+      for (double g : s.grad) EXPECT_EQ(g, 0.0);
+      EXPECT_EQ(snapshot(*n), before);
+      // No rows at all (a rank without tokens).
+      n->forward(nullptr, nullptr, 0, nullptr, true);
+      n->backward(nullptr, nullptr, nullptr, 0, nullptr);
+      for (double g : s.grad) EXPECT_EQ(g, 0.0);
+      EXPECT_EQ(snapshot(*n), before);
+    }
+  }
+}
+
+TEST(Norms, InferenceUsesRunningState) {
+  const int rows = 7, d = 3;
+  for (const char* kind : {"batch", "power_v", "power", "sync_batch"}) {
+    SCOPED_TRACE(kind);
+    auto comm = make_single_communicator();
+    NormOptions o = opts(kind);
+    o.alpha = 0.6;
+    o.warmup = 1;
+    ParamStore<double> s;
+    auto n = make_norm<double>(o, d, s, "n", comm.get());
+    s.allocate(1);
+    randomize(s, 90);
+    std::vector<double> y(rows * d), dx(rows * d);
+    std::vector<double> rm(d, 0.0), rv(d, 1.0);
+    for (int it = 0; it < 3; ++it) {
+      auto x = randn(size_t(rows) * d, 91 + it, 2.0, 3.0), dy = randn(size_t(rows) * d, 95);
+      n->forward(x.data(), nullptr, rows, y.data(), true);
+      n->backward(x.data(), dy.data(), nullptr, rows, dx.data());
+      for (int c = 0; c < d; ++c) {  // batch running statistics by hand
+        double mu = 0, var = 0;
+        for (int r = 0; r < rows; ++r) mu += x[r * d + c] / rows;
+        for (int r = 0; r < rows; ++r) var += (x[r * d + c] - mu) * (x[r * d + c] - mu) / rows;
+        rm[c] = 0.6 * rm[c] + 0.4 * mu;
+        rv[c] = 0.6 * rv[c] + 0.4 * var;
+      }
+    }
+    auto st = snapshot(*n);
+    if (st.count("running_mean"))
+      for (int c = 0; c < d; ++c) {
+        EXPECT_NEAR(st["running_mean"][c], rm[c], 1e-12);
+        EXPECT_NEAR(st["running_var"][c], rv[c], 1e-12);
+      }
+    auto x = randn(size_t(rows) * d, 99, 2.0);
+    n->forward(x.data(), nullptr, rows, y.data(), false);
+    EXPECT_EQ(snapshot(*n), st);  // inference changes nothing
+    const double *g = s.p(0), *b = s.p(1);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < d; ++c) {
+        const double want =
+            st.count("running_mean")
+                ? g[c] * (x[r * d + c] - st["running_mean"][c]) /
+                          std::sqrt(st["running_var"][c] + 1e-5) + b[c]
+                : g[c] * x[r * d + c] / std::sqrt(st["running_psi2"][c] + 1e-5) + b[c];
+        EXPECT_NEAR(y[r * d + c], want, 1e-12);
+      }
+  }
+}
+
+// 16K float tokens with mean 1000 and std 1: the batch variance must survive the large mean.
+TEST(Norms, BatchVarianceIsPreciseWithLargeMean) {
+  const int rows = 16384, d = 4;
+  auto xd = randn(size_t(rows) * d, 100, 1.0, 1000.0);
+  std::vector<float> x(xd.begin(), xd.end()), y(x.size()), dx(x.size());
+  for (const char* kind : {"batch", "sync_batch"}) {
+    SCOPED_TRACE(kind);
+    auto comm = make_single_communicator();
+    NormOptions o = opts(kind);
+    o.alpha = 0.0;  // running state = this batch's statistics
+    ParamStore<float> s;
+    auto n = make_norm<float>(o, d, s, "n", comm.get());
+    s.allocate(1);
+    n->forward(x.data(), nullptr, rows, y.data(), true);
+    std::map<std::string, std::vector<double>> st;
+    for (const StateTensor& t : n->state()) st[t.name] = std::vector<double>(t.data, t.data + t.n);
+    for (int c = 0; c < d; ++c) {
+      double mu = 0, var = 0;
+      for (int r = 0; r < rows; ++r) mu += double(x[r * d + c]) / rows;
+      for (int r = 0; r < rows; ++r)
+        var += (double(x[r * d + c]) - mu) * (double(x[r * d + c]) - mu) / rows;
+      EXPECT_NEAR(st["running_mean"][c], mu, 1e-6 * std::abs(mu));
+      EXPECT_NEAR(st["running_var"][c], var, 1e-3 * var);
+      double ym = 0, yv = 0;  // the output is standardised
+      for (int r = 0; r < rows; ++r) ym += double(y[r * d + c]) / rows;
+      for (int r = 0; r < rows; ++r) yv += (y[r * d + c] - ym) * (y[r * d + c] - ym) / rows;
+      EXPECT_NEAR(ym, 0.0, 1e-3);
+      EXPECT_NEAR(yv, 1.0, 1e-3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pn
