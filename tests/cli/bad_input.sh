@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Bad input ends pntrain under mpirun -np 2 with a non-zero exit and one message naming the
+# culprit, within a timeout (no rank left hanging). Usage: bad_input.sh PNTRAIN MPIRUN...
+set -u
+pntrain="$1"; shift
+mpirun=("$@")
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/empty"; : > "$tmp/empty/train.txt"; : > "$tmp/empty/valid.txt"; : > "$tmp/empty/test.txt"
+printf 'max-update = abc\n' > "$tmp/bad.ini"
+failures=0
+expect_error() {  # expect_error PATTERN ARGS...
+  local pattern="$1"; shift
+  local out rc
+  out=$(timeout 120 "${mpirun[@]}" -np 2 "$pntrain" "$@" 2>&1); rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+    echo "FAIL: pntrain $* exited with $rc (want a non-zero exit, no timeout)"; failures=$((failures+1))
+  elif ! grep -q "pntrain: error: .*$pattern" <<<"$out"; then
+    echo "FAIL: pntrain $*: no error message matching '$pattern'; got:"; echo "$out" | tail -5
+    failures=$((failures+1))
+  else
+    echo "ok: pntrain $* -> $(grep -m1 'pntrain: error' <<<"$out")"
+  fi
+}
+expect_error "data directory '/nonexistent' does not exist" --data /nonexistent
+expect_error "holds no tokens" --data "$tmp/empty"
+expect_error "unrecognised option '--bogus-flag'" --bogus-flag 3
+expect_error "config file .*max-update" --config "$tmp/bad.ini"
+expect_error "cannot read the config file" --config "$tmp/missing.ini"
+expect_error "smaller than one sample" --max-tokens 10
+expect_error "unknown norm 'foo'" --norm foo
+expect_error "loss became .*nan.*lower --lr" --lr 1e12 --max-update 5 --warmup-updates 0 --lr-scheduler fixed \
+  --decoder-embed-dim 32 --decoder-ffn-embed-dim 64
+exit $failures
