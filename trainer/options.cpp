@@ -89,6 +89,14 @@ po::options_description describe(Options& o) {
     ("log-interval", po::value(&o.log_interval)->default_value(o.log_interval),
      "progress line every N updates")
     ("metrics", po::value(&o.metrics), "write one JSON object per update/validation to FILE")
+    ("save-dir", po::value(&o.save_dir), "directory for checkpoints (none: no checkpoints)")
+    ("save-interval-updates",
+     po::value(&o.save_interval_updates)->default_value(o.save_interval_updates),
+     "save every N updates (0: at the end only)")
+    ("keep-last", po::value(&o.keep_last)->default_value(o.keep_last),
+     "keep the newest N checkpoints (0: all)")
+    ("restore-file", po::value(&o.restore_file),
+     "checkpoint directory to resume from (default: the last one in --save-dir)")
     ("threads", po::value(&o.threads)->default_value(o.threads),
      "threads per rank (0: the node's cores divided by its ranks)");
 

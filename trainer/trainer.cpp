@@ -3,6 +3,8 @@
 #include <glog/logging.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <cmath>
 #include <iomanip>
 #include <nlohmann/json.hpp>
@@ -11,6 +13,7 @@
 
 #include "kernels/device.h"
 #include "kernels/kernels.h"
+#include "trainer/checkpoint.h"
 #include "trainer/schedule.h"
 
 namespace pn {
@@ -51,8 +54,11 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
   comm_.broadcast(model_->params.data.data(), model_->params.data.size() * sizeof(float), 0);
   adam_m_.assign(model_->params.size(), 0.0f);
   adam_v_.assign(model_->params.size(), 0.0f);
+  std::string restore = opt_.restore_file;
+  if (restore.empty() && !opt_.save_dir.empty()) restore = last_checkpoint(opt_.save_dir);
+  if (!restore.empty()) restore_checkpoint(restore);
   if (comm_.rank() == 0 && !opt_.metrics.empty()) {
-    metrics_.open(opt_.metrics, std::ios::out | std::ios::trunc);
+    metrics_.open(opt_.metrics, std::ios::out | (start_update_ > 0 ? std::ios::app : std::ios::trunc));
     if (!metrics_)
       throw std::runtime_error("cannot write the metrics file '" + opt_.metrics +
                                "': check that its directory exists and is writable");
@@ -137,7 +143,7 @@ TrainResult Trainer::train() {
   std::vector<int64_t> ids;
   const double t_start = now_s();
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
-  for (int64_t update = 0; update < opt_.max_update; ++update) {
+  for (int64_t update = start_update_; update < opt_.max_update; ++update) {
     const int64_t first = update * opt_.update_freq * micro_samples;
     if (opt_.max_epoch > 0 && first / train_set.count >= opt_.max_epoch) {
       if (rank == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
@@ -206,6 +212,9 @@ TrainResult Trainer::train() {
       }
     }
     const bool last = update + 1 == opt_.max_update;
+    if (!opt_.save_dir.empty() &&
+        (last || (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0)))
+      save_checkpoint(update + 1);
     if (opt_.validate_interval_updates > 0 &&
         ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
       const EvalResult v = evaluate(corpus_.valid);
@@ -222,6 +231,137 @@ TrainResult Trainer::train() {
     }
   }
   return result;
+}
+
+namespace {
+// The model shape a checkpoint must match: every parameter's name and shape.
+nlohmann::json param_table(const ParamStore<float>& p) {
+  nlohmann::json t = nlohmann::json::array();
+  for (const auto& s : p.specs) t.push_back({{"name", s.name}, {"shape", s.shape}});
+  return t;
+}
+template <class V>
+void append(std::vector<char>* out, const V& v) {
+  const char* b = reinterpret_cast<const char*>(v.data());
+  out->insert(out->end(), b, b + v.size() * sizeof(v[0]));
+}
+}  // namespace
+
+bool Trainer::save_checkpoint(int64_t update) {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::path(opt_.save_dir) / ("checkpoint_" + std::to_string(update))).string();
+  double failed = 0;
+  std::string error;
+  try {
+    fs::create_directories(dir);
+    CheckpointFile rank_file;
+    rank_file.header = {{"update", update}, {"rank", comm_.rank()}, {"world_size", comm_.size()}};
+    nlohmann::json tensors = nlohmann::json::array();
+    const auto norms = model_->norms();
+    for (size_t l = 0; l < norms.size(); ++l)
+      for (const StateTensor& t : norms[l]->state()) {
+        tensors.push_back({{"layer", l}, {"name", t.name}, {"n", t.n}});
+        const char* b = reinterpret_cast<const char*>(t.data);
+        rank_file.payload.insert(rank_file.payload.end(), b, b + t.n * sizeof(double));
+      }
+    rank_file.header["state"] = tensors;
+    write_checkpoint_file(dir + "/rank" + std::to_string(comm_.rank()) + ".bin", rank_file);
+    if (comm_.rank() == 0) {
+      CheckpointFile model_file;
+      model_file.header = {{"format", "pntrain-checkpoint-1"},
+                           {"update", update},
+                           {"world_size", comm_.size()},
+                           {"seed", opt_.seed},
+                           {"tokens_per_update",
+                            int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
+                           {"params", param_table(model_->params)}};
+      model_file.payload.reserve(3 * model_->params.size() * sizeof(float));
+      append(&model_file.payload, model_->params.data);
+      append(&model_file.payload, adam_m_);
+      append(&model_file.payload, adam_v_);
+      write_checkpoint_file(dir + "/model.bin", model_file);
+    }
+  } catch (const std::exception& e) {
+    failed = 1;
+    error = e.what();
+  }
+  comm_.allreduce_max(&failed, 1);  // every rank learns whether all files are on disk
+  if (failed > 0) {
+    LOG(ERROR) << "checkpoint " << dir << " not saved"
+               << (error.empty() ? " (another rank failed)" : ": " + error)
+               << "; the previous checkpoint is intact, training continues";
+    return false;
+  }
+  if (comm_.rank() == 0) {
+    commit_checkpoint(opt_.save_dir, dir);
+    prune_checkpoints(opt_.save_dir, opt_.keep_last, dir);
+    LOG(INFO) << "saved checkpoint " << dir;
+  }
+  comm_.barrier();
+  return true;
+}
+
+void Trainer::restore_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::exists(fs::path(dir) / "DONE"))
+    throw std::runtime_error("'" + dir + "' is not a complete checkpoint (no DONE marker): " +
+                             "pass another --restore-file");
+  const CheckpointFile m = read_checkpoint_file(dir + "/model.bin");
+  const nlohmann::json want = param_table(model_->params);
+  const nlohmann::json& have = m.header.at("params");
+  if (have != want) {
+    std::string what = "a different number of tensors";
+    for (size_t i = 0; i < std::min(have.size(), want.size()); ++i)
+      if (have[i] != want[i]) {
+        what = "tensor " + have[i].dump() + " where this model has " + want[i].dump();
+        break;
+      }
+    throw std::runtime_error("checkpoint '" + dir + "' is from another model shape (" + what +
+                             "): use the --decoder-*, --norm* flags and data it was trained with");
+  }
+  const size_t n = model_->params.size();
+  if (m.payload.size() != 3 * n * sizeof(float))
+    throw std::runtime_error("checkpoint '" + dir + "/model.bin' has the wrong payload size");
+  std::memcpy(model_->params.data.data(), m.payload.data(), n * sizeof(float));
+  std::memcpy(adam_m_.data(), m.payload.data() + n * sizeof(float), n * sizeof(float));
+  std::memcpy(adam_v_.data(), m.payload.data() + 2 * n * sizeof(float), n * sizeof(float));
+  start_update_ = m.header.at("update").get<int64_t>();
+  const int saved_world = m.header.at("world_size").get<int>();
+  // Norm running state: this rank's own file, or the mean over the saved ranks.
+  const auto norms = model_->norms();
+  std::vector<int> sources;
+  if (saved_world == comm_.size()) {
+    sources = {comm_.rank()};
+  } else {
+    for (int r = 0; r < saved_world; ++r) sources.push_back(r);
+    if (comm_.rank() == 0)
+      LOG(WARNING) << "checkpoint " << dir << " was saved by " << saved_world
+                   << " ranks, resuming on " << comm_.size()
+                   << ": rank-local norm state starts from the mean over the saved ranks";
+  }
+  std::vector<std::vector<double>> sum;
+  for (int r : sources) {
+    const CheckpointFile f = read_checkpoint_file(dir + "/rank" + std::to_string(r) + ".bin");
+    const double* p = reinterpret_cast<const double*>(f.payload.data());
+    size_t k = 0, off = 0;
+    for (size_t l = 0; l < norms.size(); ++l)
+      for (const StateTensor& t : norms[l]->state()) {
+        const auto& entry = f.header.at("state").at(k);
+        if (entry.at("name") != t.name || entry.at("n").get<size_t>() != t.n)
+          throw std::runtime_error("checkpoint '" + dir + "' holds other norm state than this "
+                                   "model (" + entry.dump() + "): use the same --norm* flags");
+        if (sum.size() <= k) sum.emplace_back(t.n, 0.0);
+        for (size_t i = 0; i < t.n; ++i) sum[k][i] += p[off + i];
+        off += t.n, ++k;
+      }
+  }
+  size_t k = 0;
+  for (size_t l = 0; l < norms.size(); ++l)
+    for (const StateTensor& t : norms[l]->state()) {
+      for (size_t i = 0; i < t.n; ++i) t.data[i] = sum[k][i] / double(sources.size());
+      ++k;
+    }
+  if (comm_.rank() == 0) LOG(INFO) << "restored " << dir << " at update " << start_update_;
 }
 
 }  // namespace pn

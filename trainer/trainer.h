@@ -28,10 +28,15 @@ class Trainer {
   TrainResult train();
   EvalResult evaluate(const std::vector<int32_t>& stream);
   LanguageModel<float>& model() { return *model_; }
+  int64_t start_update() const { return start_update_; }
   const Corpus& corpus() const { return corpus_; }
 
  private:
   void log_model_summary();
+  // Saves checkpoint_<update> (all ranks take part). Returns false and warns on failure,
+  // leaving the previous checkpoint intact.
+  bool save_checkpoint(int64_t update);
+  void restore_checkpoint(const std::string& dir);
   void write_metrics(const std::string& json_line);
 
   Options opt_;
@@ -40,6 +45,7 @@ class Trainer {
   std::unique_ptr<LanguageModel<float>> model_;
   std::vector<float> adam_m_, adam_v_;
   std::ofstream metrics_;
+  int64_t start_update_ = 0;
 };
 
 ModelConfig model_config(const Options& o, int vocab);

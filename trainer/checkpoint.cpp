@@ -1,0 +1,146 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+namespace fs = std::filesystem;
+
+namespace pn {
+
+namespace {
+constexpr char kMagic[8] = {'P', 'N', 'C', 'K', 'P', 'T', '0', '1'};
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("cannot write '" + path + "': " + std::strerror(errno));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+uint32_t crc(uint32_t c, const void* data, size_t n) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt chunk = uInt(std::min<size_t>(n, 1u << 30));
+    c = uint32_t(crc32(c, p, chunk));
+    p += chunk;
+    n -= chunk;
+  }
+  return c;
+}
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, const CheckpointFile& f) {
+  const std::string header = f.header.dump();
+  const uint64_t header_len = header.size(), payload_len = f.payload.size();
+  uint32_t c = crc(0, kMagic, 8);
+  c = crc(c, &header_len, 8);
+  c = crc(c, header.data(), header.size());
+  c = crc(c, &payload_len, 8);
+  c = crc(c, f.payload.data(), f.payload.size());
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create '" + tmp + "': " + std::strerror(errno));
+  try {
+    write_all(fd, kMagic, 8, tmp);
+    write_all(fd, &header_len, 8, tmp);
+    write_all(fd, header.data(), header.size(), tmp);
+    write_all(fd, &payload_len, 8, tmp);
+    write_all(fd, f.payload.data(), f.payload.size(), tmp);
+    write_all(fd, &c, 4, tmp);
+    if (::fsync(fd) != 0) throw std::runtime_error("cannot fsync '" + tmp + "': " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw std::runtime_error("cannot rename '" + tmp + "' to '" + path + "': " + err);
+  }
+  fsync_dir(fs::path(path).parent_path());
+}
+
+CheckpointFile read_checkpoint_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read checkpoint file '" + path + "'");
+  std::vector<char> all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto bad = [&](const std::string& why) {
+    return std::runtime_error("checkpoint file '" + path + "' is " + why +
+                              ": restore another checkpoint (--restore-file) or start afresh");
+  };
+  if (all.size() < 8 + 8 + 8 + 4 || std::memcmp(all.data(), kMagic, 8) != 0)
+    throw bad("not a pntrain checkpoint or truncated");
+  uint64_t header_len = 0, payload_len = 0;
+  std::memcpy(&header_len, all.data() + 8, 8);
+  if (header_len > all.size() - 28) throw bad("truncated (header)");
+  std::memcpy(&payload_len, all.data() + 16 + header_len, 8);
+  if (24 + header_len + payload_len + 4 != all.size()) throw bad("truncated or padded");
+  uint32_t stored = 0;
+  std::memcpy(&stored, all.data() + all.size() - 4, 4);
+  if (crc(0, all.data(), all.size() - 4) != stored) throw bad("corrupt (CRC32 mismatch)");
+  CheckpointFile f;
+  f.header = nlohmann::json::parse(all.begin() + 16, all.begin() + 16 + header_len);
+  f.payload.assign(all.begin() + 24 + header_len, all.end() - 4);
+  return f;
+}
+
+std::string last_checkpoint(const std::string& save_dir) {
+  std::ifstream in(fs::path(save_dir) / "last");
+  std::string name;
+  if (!(in >> name)) return "";
+  const fs::path dir = fs::path(save_dir) / name;
+  return fs::exists(dir / "DONE") ? dir.string() : "";
+}
+
+void commit_checkpoint(const std::string& save_dir, const std::string& dir) {
+  { std::ofstream(fs::path(dir) / "DONE") << "complete\n"; }
+  fsync_dir(dir);
+  const fs::path last = fs::path(save_dir) / "last", tmp = fs::path(save_dir) / "last.tmp";
+  {
+    std::ofstream out(tmp);
+    out << fs::path(dir).filename().string() << "\n";
+    if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, last);
+  fsync_dir(save_dir);
+}
+
+void prune_checkpoints(const std::string& save_dir, int keep, const std::string& protect) {
+  if (keep <= 0) return;
+  std::vector<std::pair<long, fs::path>> dirs;
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("checkpoint_", 0) == 0 && fs::exists(e.path() / "DONE") &&
+        name.find_first_not_of("0123456789", 11) == std::string::npos)
+      dirs.emplace_back(std::stol(name.substr(11)), e.path());
+  }
+  std::sort(dirs.rbegin(), dirs.rend());
+  for (size_t i = size_t(keep); i < dirs.size(); ++i)
+    if (fs::path(protect).filename() != dirs[i].second.filename()) fs::remove_all(dirs[i].second);
+}
+
+}  // namespace pn
