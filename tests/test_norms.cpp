@@ -387,3 +387,76 @@ TEST(Norms, BatchVarianceIsPreciseWithLargeMean) {
 
 }  // namespace
 }  // namespace pn
+
+namespace pn {
+namespace {
+
+// --probe-norm-stats: the distances and gradient parts of paper eq. 3 against a direct
+// computation, and nothing computed when off.
+TEST(NormProbe, BatchNormDistancesAndGradientParts) {
+  const int rows = 6, d = 3;
+  ParamStore<double> s;
+  NormOptions o;
+  o.kind = "batch";
+  auto norm = make_norm<double>(o, d, s, "bn", nullptr);
+  s.allocate(1);
+  std::vector<double> x = test::randn(rows * d, 2, 1.5, 0.7), dy = test::randn(rows * d, 3);
+  std::vector<double> y(rows * d), dx(rows * d);
+  norm->forward(x.data(), nullptr, rows, y.data(), true);
+  norm->backward(x.data(), dy.data(), nullptr, rows, dx.data());
+  EXPECT_TRUE(norm->probe_values.empty());  // off by default
+  norm->probe = true;
+  std::vector<double> mu0(norm->state()[0].data, norm->state()[0].data + d);
+  std::vector<double> var0(norm->state()[1].data, norm->state()[1].data + d);
+  norm->forward(x.data(), nullptr, rows, y.data(), true);
+  norm->backward(x.data(), dy.data(), nullptr, rows, dx.data());
+  // Direct computation (gamma = 1, so g = dy).
+  double dm = 0, dv = 0, gmu = 0, gs = 0;
+  for (int c = 0; c < d; ++c) {
+    double m = 0, v = 0, mg = 0, mgx = 0;
+    for (int r = 0; r < rows; ++r) m += x[r * d + c] / rows;
+    for (int r = 0; r < rows; ++r) v += (x[r * d + c] - m) * (x[r * d + c] - m) / rows;
+    const double rs = 1 / std::sqrt(v + o.eps);
+    for (int r = 0; r < rows; ++r) {
+      mg += dy[r * d + c] / rows;
+      mgx += dy[r * d + c] * (x[r * d + c] - m) * rs / rows;
+    }
+    dm += (m - mu0[c]) * (m - mu0[c]);
+    dv += (v - var0[c]) * (v - var0[c]);
+    gmu += rs * mg * rs * mg;
+    for (int r = 0; r < rows; ++r) {
+      const double part = rs * mgx * (x[r * d + c] - m) * rs;
+      gs += part * part / rows;
+    }
+  }
+  std::map<std::string, double> got(norm->probe_values.begin(), norm->probe_values.end());
+  EXPECT_NEAR(got.at("dist_mean"), std::sqrt(dm) / d, 1e-12);
+  EXPECT_NEAR(got.at("dist_var"), std::sqrt(dv) / d, 1e-12);
+  EXPECT_NEAR(got.at("g_mu"), std::sqrt(gmu), 1e-12);
+  EXPECT_NEAR(got.at("g_sigma2"), std::sqrt(gs), 1e-12);
+}
+
+TEST(NormProbe, PowerNormsReportPsiDistanceAndGradientPart) {
+  for (const char* kind : {"power_v", "power"}) {
+    ParamStore<double> s;
+    NormOptions o;
+    o.kind = kind;
+    o.prescale_groups = 1;  // the probe sees through the pre-scaling wrapper
+    auto norm = make_norm<double>(o, 4, s, "pn", nullptr);
+    s.allocate(1);
+    norm->probed()->probe = true;
+    std::vector<double> x = test::randn(20, 5), dy = test::randn(20, 6), y(20), dx(20);
+    for (int it = 0; it < 2; ++it) {
+      norm->forward(x.data(), nullptr, 5, y.data(), true);
+      norm->backward(x.data(), dy.data(), nullptr, 5, dx.data());
+    }
+    std::map<std::string, double> got(norm->probed()->probe_values.begin(),
+                                      norm->probed()->probe_values.end());
+    ASSERT_EQ(got.size(), 2u) << kind;
+    EXPECT_GT(got.at("dist_psi2"), 0) << kind;
+    EXPECT_GT(got.at("g_psi2"), 0) << kind;  // PN: nu != 0 after the first backward
+  }
+}
+
+}  // namespace
+}  // namespace pn

@@ -151,6 +151,11 @@ TEST(Options, CommandLineWinsOverConfigFile) {
   EXPECT_DOUBLE_EQ(o.lr, 0.25);
   EXPECT_EQ(o.max_update, 7);
   EXPECT_EQ(o.norm_ff, "layer");
+  const char* norms[] = {"pntrain", "--norm", "batch", "--norm-final", "power"};
+  ASSERT_TRUE(parse_options(5, const_cast<char**>(norms), &o, &help));
+  EXPECT_EQ(o.norm_self, "batch");
+  EXPECT_EQ(o.norm_ff, "batch");
+  EXPECT_EQ(o.norm_final, "power");  // the explicit place wins over --norm
   const char* bad[] = {"pntrain", "--max-update", "many"};
   EXPECT_THROW(parse_options(3, const_cast<char**>(bad), &o, &help), std::invalid_argument);
 }

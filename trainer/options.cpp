@@ -89,6 +89,9 @@ po::options_description describe(Options& o) {
     ("log-interval", po::value(&o.log_interval)->default_value(o.log_interval),
      "progress line every N updates")
     ("metrics", po::value(&o.metrics), "write one JSON object per update/validation to FILE")
+    ("probe-norm-stats", po::value(&o.probe_norm_stats),
+     "add batch-vs-running statistic distances and gradient-part norms of these norm layers to "
+     "the metrics: 'all', or block indices like '0' or '0,3' (and/or 'final')")
     ("save-dir", po::value(&o.save_dir), "directory for checkpoints (none: no checkpoints)")
     ("save-interval-updates",
      po::value(&o.save_interval_updates)->default_value(o.save_interval_updates),
@@ -142,7 +145,12 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
   } catch (const po::error& e) {
     throw std::invalid_argument(std::string(e.what()) + " (see pntrain --help)");
   }
-  if (!o.norm.empty()) o.norm_self = o.norm_ff = o.norm_final = o.norm;
+  // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own.
+  if (!o.norm.empty()) {
+    if (vm["norm-self"].defaulted()) o.norm_self = o.norm;
+    if (vm["norm-ff"].defaulted()) o.norm_ff = o.norm;
+    if (vm["norm-final"].defaulted()) o.norm_final = o.norm;
+  }
   *out = o;
   return true;
 }

@@ -39,6 +39,7 @@ struct Options {
   int validate_interval_updates = 200;
   int log_interval = 10;
   std::string metrics;
+  std::string probe_norm_stats;  // "", "all", or block indices "0,2" (and/or "final")
   std::string save_dir, restore_file;  // restore_file "" = last checkpoint in save_dir, if any
   int save_interval_updates = 0;       // 0: save only at the end (when --save-dir is given)
   int keep_last = 0;                   // 0: keep every checkpoint

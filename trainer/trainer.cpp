@@ -8,6 +8,7 @@
 #include <cmath>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -52,6 +53,25 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
                                                   opt_.seed, &comm_);
   // Every rank initialises from the same seed; the broadcast makes identity a fact, not a hope.
   comm_.broadcast(model_->params.data.data(), model_->params.data.size() * sizeof(float), 0);
+  if (!opt_.probe_norm_stats.empty()) {
+    std::set<std::string> chosen;
+    std::stringstream list(opt_.probe_norm_stats);
+    for (std::string item; std::getline(list, item, ',');) chosen.insert(item);
+    const int L = int(model_->blocks.size());
+    for (const std::string& item : chosen)
+      if (item != "all" && item != "final" &&
+          (item.find_first_not_of("0123456789") != std::string::npos || std::stoi(item) >= L))
+        throw std::invalid_argument("--probe-norm-stats: '" + item + "' is not 'all', 'final' " +
+                                    "or a block index below " + std::to_string(L));
+    const bool all = chosen.count("all") > 0;
+    for (int l = 0; l < L; ++l)
+      if (all || chosen.count(std::to_string(l))) {
+        probed_.emplace_back(std::to_string(l) + ".self", model_->blocks[l].norm_self.get());
+        probed_.emplace_back(std::to_string(l) + ".ff", model_->blocks[l].norm_ff.get());
+      }
+    if (all || chosen.count("final")) probed_.emplace_back("final", model_->norm_final.get());
+    for (auto& [name, norm] : probed_) norm->probed()->probe = true;
+  }
   adam_m_.assign(model_->params.size(), 0.0f);
   adam_v_.assign(model_->params.size(), 0.0f);
   std::string restore = opt_.restore_file;
@@ -195,6 +215,12 @@ TrainResult Trainer::train() {
       nlohmann::json j = {{"update", update + 1}, {"loss", loss},          {"nll_loss", nll},
                           {"ntokens", ntok},      {"lr", lr},              {"wall_s", wall},
                           {"tokens_per_s", ntok / wall}};
+      if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
+        nlohmann::json probe = nlohmann::json::object();
+        for (auto& [name, norm] : probed_)
+          for (const auto& [key, value] : norm->probed()->probe_values) probe[name][key] = value;
+        j["norm_stats"] = probe;
+      }
       write_metrics(j.dump());
       if ((update + 1) % opt_.log_interval == 0 || update == 0) {
         std::ostringstream line;

@@ -46,6 +46,7 @@ class Trainer {
   std::vector<float> adam_m_, adam_v_;
   std::ofstream metrics_;
   int64_t start_update_ = 0;
+  std::vector<std::pair<std::string, Norm<float>*>> probed_;  // --probe-norm-stats layers
 };
 
 ModelConfig model_config(const Options& o, int vocab);

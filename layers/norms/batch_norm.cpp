@@ -5,6 +5,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
+#include "layers/norms/probe.h"
 
 namespace pn {
 
@@ -26,13 +27,22 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
     reduce(buf.data(), buf.size());
     count = buf[0];
     if (count > 0) {
+      std::vector<double> var_b(d);
+      if (this->probe) this->probe_values = {{"dist_mean", 0.0}, {"dist_var", 0.0}};
       for (int c = 0; c < d; ++c) {
         const double m1 = buf[1 + c] / count;
         const double var = std::max(0.0, buf[1 + d + c] / count - m1 * m1);
         mean[c] = running_mean[c] + m1;
         rstd[c] = 1.0 / std::sqrt(var + eps);
+        var_b[c] = var;
+      }
+      if (this->probe) {
+        this->probe_values[0].second = probe_distance(mean.data(), running_mean.data(), d);
+        this->probe_values[1].second = probe_distance(var_b.data(), running_var.data(), d);
+      }
+      for (int c = 0; c < d; ++c) {
         running_mean[c] = alpha * running_mean[c] + (1 - alpha) * mean[c];
-        running_var[c] = alpha * running_var[c] + (1 - alpha) * var;
+        running_var[c] = alpha * running_var[c] + (1 - alpha) * var_b[c];
       }
       k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma),
                           store->p(beta), y);
@@ -71,6 +81,13 @@ void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   }
   k::column_norm_backward<T>(x, dy, mask, rows, d, mean.data(), rstd.data(), gm, a.data(),
                              b.data(), dx);
+  if (this->probe) {  // g_mu = rstd * mean g (the same for every row); g_sigma2 = rstd * b * xh
+    double g_mu = 0;
+    for (int c = 0; c < d; ++c) g_mu += (rstd[c] * a[c]) * (rstd[c] * a[c]);
+    this->probe_values.emplace_back("g_mu", std::sqrt(g_mu));
+    this->probe_values.emplace_back(
+        "g_sigma2", probe_xh_part(x, mask, rows, d, mean.data(), rstd.data(), b.data(), count));
+  }
 }
 
 template <class T>

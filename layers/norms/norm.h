@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -46,6 +47,16 @@ struct Norm {
   virtual std::vector<StateTensor> state() { return {}; }
   // True when the layer all-reduces statistics (every rank must call forward/backward).
   virtual bool synchronized() const { return false; }
+
+  // Diagnostics of the paper's Figures 2 to 4 (--probe-norm-stats), batch-type norms only:
+  // after a training micro-step, probe_values holds the distance between batch and running
+  // statistics (||stat_B - stat||_2 / d, running stat before this step's update) and the RMS
+  // over the statistics batch of each row's norm of the gradient parts g_mu, g_sigma2 (paper
+  // eq. 3) or g_psi2 (eq. 6; for PN its nu term). Nothing is computed while probe is false.
+  bool probe = false;
+  std::vector<std::pair<std::string, double>> probe_values;
+  // The layer whose statistics are probed (a wrapper such as pre-scaling returns its inner).
+  virtual Norm<T>* probed() { return this; }
 };
 
 const std::vector<std::string>& norm_kinds();

@@ -4,6 +4,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
+#include "layers/norms/probe.h"
 
 namespace pn {
 
@@ -27,6 +28,12 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
     if (count > 0) {
       t += 1;
       const bool warm = t <= double(warmup);
+      if (this->probe) {
+        std::vector<double> psi2_b(d);
+        for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
+        this->probe_values = {
+            {"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
+      }
       for (int c = 0; c < d; ++c) {
         sum_x2[c] = buf[1 + c];
         const double psi2_b = sum_x2[c] / count;
@@ -67,6 +74,9 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   // dx with the nu of before this iteration, then the nu update.
   k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
                              nu.data(), dx);
+  if (this->probe)  // PN's counterpart of g_psi2: inv_s * nu * xh
+    this->probe_values.emplace_back(
+        "g_psi2", probe_xh_part(x, mask, rows, d, nullptr, inv_s.data(), nu.data(), count));
   for (int c = 0; c < d; ++c) {
     const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / count;
     const double Lambda = buf[c] / count;

@@ -4,6 +4,7 @@
 
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
+#include "layers/norms/probe.h"
 
 namespace pn {
 
@@ -24,6 +25,12 @@ void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
     reduce(buf.data(), buf.size());
     count = buf[0];
     if (count > 0) {
+      if (this->probe) {
+        std::vector<double> psi2_b(d);
+        for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
+        this->probe_values = {
+            {"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
+      }
       for (int c = 0; c < d; ++c) {
         const double psi2_b = buf[1 + c] / count;
         inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
@@ -62,6 +69,9 @@ void PowerVNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int r
   for (int c = 0; c < d; ++c) buf[c] /= count;  // mean_S g xh
   k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
                              buf.data(), dx);
+  if (this->probe)  // g_psi2 = inv_s * mean(g xh) * xh
+    this->probe_values.emplace_back(
+        "g_psi2", probe_xh_part(x, mask, rows, d, nullptr, inv_s.data(), buf.data(), count));
 }
 
 template <class T>

@@ -25,6 +25,7 @@ struct Prescaled final : Norm<T> {
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override { return inner->state(); }
   bool synchronized() const override { return inner->synchronized(); }
+  Norm<T>* probed() override { return inner->probed(); }
 };
 
 }  // namespace pn
