@@ -1,16 +1,114 @@
 // CPU kernels of the normalization family; see kernels/norm_kernels.h for the math.
-// Column statistics: each thread owns a block of columns and walks all rows, accumulating in
-// double, so sums are bitwise independent of the thread count.
+//
+// Determinism: every reduction is split into pieces fixed by the data shape alone (blocks of
+// kRowChunk rows, per-row sums over kLanes interleaved accumulators) and the pieces are combined
+// in a fixed order, so results are bitwise independent of the number of OpenMP threads (and of
+// the SIMD width: the lanes are explicit).
+//
+// Speed: one streaming pass per statistic, written so that GCC vectorises it at plain SSE2 as
+// well as with AVX2:
+//  * row sums (layer, rms, group) keep kLanes independent double accumulators (no serial
+//    dependency chain, no reduction reordering needed);
+//  * column sums (batch-type) walk the rows of a chunk and add whole rows into per-chunk double
+//    partials that stay in L1, instead of reading narrow column blocks with a large stride;
+//  * parameter gradients (dgamma, dbeta) are accumulated in the row loop of the backward into
+//    per-chunk partials, then summed over chunks in chunk order (in double);
+//  * per-element affine maps are applied in T with per-column coefficients precomputed in
+//    double; a shift is split into its T rounding plus a double correction folded into the
+//    offset, so large means do not lose precision.
 #include "kernels/norm_kernels.h"
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace pn::k {
 namespace {
-constexpr int kBlock = 64;  // columns per thread task
+constexpr int kRowChunk = 256;  // rows per partial-sum chunk (fixed: thread-count independent)
+constexpr int kLanes = 8;       // interleaved accumulators of a row sum
 inline bool big(int rows, int d) { return size_t(rows) * size_t(d) > 32768; }
 inline bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
+inline int nchunks(int rows) { return (rows + kRowChunk - 1) / kRowChunk; }
+
+// Per-thread scratch that only grows: no heap allocation once warm.
+template <class U>
+U* scratch(int slot, size_t n) {
+  static thread_local std::vector<U> buf[4];
+  if (buf[slot].size() < n) buf[slot].resize(n);
+  return buf[slot].data();
+}
+
+inline double lanes_sum(const double* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+// s1 = sum (x - x0), s2 = sum (x - x0)^2 in double, x0 = x[0] (a shift that keeps the one-pass
+// variance exact enough in double).
+template <class T>
+inline void row_moments(const T* x, int n, double& mu, double& var) {
+  const double x0 = double(x[0]);
+  double a[kLanes] = {}, b[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) {
+      const double v = double(x[i + k]) - x0;
+      a[k] += v;
+      b[k] += v * v;
+    }
+  double s1 = lanes_sum(a), s2 = lanes_sum(b);
+  for (; i < n; ++i) {
+    const double v = double(x[i]) - x0;
+    s1 += v;
+    s2 += v * v;
+  }
+  const double m1 = s1 / n;
+  mu = x0 + m1;
+  var = std::max(0.0, s2 / n - m1 * m1);
+}
+
+template <class T>
+inline double row_sumsq(const T* x, int n) {
+  double a[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < kLanes; ++k) a[k] += double(x[i + k]) * double(x[i + k]);
+  double s = lanes_sum(a);
+  for (; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+// dst[c] += sum over chunks (in chunk order) of part[ch * stride + c], in double.
+template <class T, class P>
+void combine_chunks(const P* part, int nch, size_t stride, int d, T* dst) {
+  if (!dst) return;
+#pragma omp parallel for schedule(static) if (size_t(nch) * d > 32768)
+  for (int c0 = 0; c0 < d; c0 += 256) {
+    const int c1 = std::min(d, c0 + 256);
+    double acc[256];
+    for (int c = c0; c < c1; ++c) acc[c - c0] = 0;
+    for (int ch = 0; ch < nch; ++ch) {
+      const P* p = part + size_t(ch) * stride;
+      for (int c = c0; c < c1; ++c) acc[c - c0] += double(p[c]);
+    }
+    for (int c = c0; c < c1; ++c) dst[c] = T(double(dst[c]) + acc[c - c0]);
+  }
+}
+
+// Same, overwriting a double destination.
+void combine_chunks_set(const double* part, int nch, size_t stride, int d, double* dst) {
+  if (!dst) return;
+#pragma omp parallel for schedule(static) if (size_t(nch) * d > 32768)
+  for (int c0 = 0; c0 < d; c0 += 256) {
+    const int c1 = std::min(d, c0 + 256);
+    double acc[256];
+    for (int c = c0; c < c1; ++c) acc[c - c0] = 0;
+    for (int ch = 0; ch < nch; ++ch) {
+      const double* p = part + size_t(ch) * stride;
+      for (int c = c0; c < c1; ++c) acc[c - c0] += p[c];
+    }
+    for (int c = c0; c < c1; ++c) dst[c] = acc[c - c0];
+  }
+}
 }  // namespace
 
 template <class T>
@@ -19,65 +117,89 @@ void column_stats(const T* x, const uint8_t* mask, int rows, int d, const double
   double n = 0;
   for (int r = 0; r < rows; ++r) n += live(mask, r) ? 1 : 0;
   *count = n;
+  const int nch = nchunks(rows);
+  double* sh = scratch<double>(0, d);
+  for (int c = 0; c < d; ++c) sh[c] = shift ? shift[c] : 0.0;
+  double* part = scratch<double>(1, size_t(nch) * 2 * d);  // per chunk: [s1 | s2]
 #pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int c0 = 0; c0 < d; c0 += kBlock) {
-    const int c1 = std::min(d, c0 + kBlock);
-    double s1[kBlock] = {0}, s2[kBlock] = {0}, sh[kBlock] = {0};
-    if (shift)
-      for (int c = c0; c < c1; ++c) sh[c - c0] = shift[c];
-    for (int r = 0; r < rows; ++r) {
+  for (int ch = 0; ch < nch; ++ch) {
+    double* s1 = part + size_t(ch) * 2 * d;
+    double* s2 = s1 + d;
+    std::fill(s1, s1 + 2 * size_t(d), 0.0);
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r < r1; ++r) {
       if (!live(mask, r)) continue;
       const T* xr = x + size_t(r) * d;
-      for (int c = c0; c < c1; ++c) {
-        const double v = double(xr[c]) - sh[c - c0];
-        s1[c - c0] += v;
-        s2[c - c0] += v * v;
+      for (int c = 0; c < d; ++c) {
+        const double v = double(xr[c]) - sh[c];
+        s1[c] += v;
+        s2[c] += v * v;
       }
     }
-    for (int c = c0; c < c1; ++c) {
-      if (sum) sum[c] = s1[c - c0];
-      if (sumsq) sumsq[c] = s2[c - c0];
-    }
   }
+  if (rows == 0) {
+    if (sum) std::fill(sum, sum + d, 0.0);
+    if (sumsq) std::fill(sumsq, sumsq + d, 0.0);
+    return;
+  }
+  combine_chunks_set(part, nch, 2 * size_t(d), d, sum);
+  combine_chunks_set(part + d, nch, 2 * size_t(d), d, sumsq);
 }
 
 template <class T>
 void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, const double* shift,
                 double* sum_a, double* sum_ab) {
+  const int nch = nchunks(rows);
+  double* sh = scratch<double>(0, d);
+  for (int c = 0; c < d; ++c) sh[c] = shift ? shift[c] : 0.0;
+  double* part = scratch<double>(1, size_t(nch) * 2 * d);  // per chunk: [s1 | s2]
 #pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int c0 = 0; c0 < d; c0 += kBlock) {
-    const int c1 = std::min(d, c0 + kBlock);
-    double s1[kBlock] = {0}, s2[kBlock] = {0}, sh[kBlock] = {0};
-    if (shift)
-      for (int c = c0; c < c1; ++c) sh[c - c0] = shift[c];
-    for (int r = 0; r < rows; ++r) {
+  for (int ch = 0; ch < nch; ++ch) {
+    double* s1 = part + size_t(ch) * 2 * d;
+    double* s2 = s1 + d;
+    std::fill(s1, s1 + 2 * size_t(d), 0.0);
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r < r1; ++r) {
       if (!live(mask, r)) continue;
       const T* ar = a + size_t(r) * d;
       const T* br = b + size_t(r) * d;
-      for (int c = c0; c < c1; ++c) {
-        const double av = ar[c];
-        s1[c - c0] += av;
-        s2[c - c0] += av * (double(br[c]) - sh[c - c0]);
+      for (int c = 0; c < d; ++c) {
+        const double av = double(ar[c]);
+        s1[c] += av;
+        s2[c] += av * (double(br[c]) - sh[c]);
       }
     }
-    for (int c = c0; c < c1; ++c) {
-      if (sum_a) sum_a[c] = s1[c - c0];
-      if (sum_ab) sum_ab[c] = s2[c - c0];
-    }
   }
+  if (rows == 0) {
+    if (sum_a) std::fill(sum_a, sum_a + d, 0.0);
+    if (sum_ab) std::fill(sum_ab, sum_ab + d, 0.0);
+    return;
+  }
+  combine_chunks_set(part, nch, 2 * size_t(d), d, sum_a);
+  combine_chunks_set(part + d, nch, 2 * size_t(d), d, sum_ab);
 }
 
 template <class T>
 void column_affine(const T* x, int rows, int d, const double* shift, const double* scale,
                    const T* gamma, const T* beta, T* y) {
+  // y = A (x - shf) + B with shf = T(shift), A = gamma * scale,
+  // B = beta - A (shift - shf)   (the rounding of the shift, corrected in double).
+  T* co = scratch<T>(0, 3 * size_t(d));
+  T *A = co, *S = co + d, *B = co + 2 * size_t(d);
+  for (int c = 0; c < d; ++c) {
+    const double a = double(gamma[c]) * scale[c];
+    const double s = shift ? shift[c] : 0.0;
+    const T sf = T(s);
+    A[c] = T(a);
+    S[c] = sf;
+    B[c] = T((beta ? double(beta[c]) : 0.0) - a * (s - double(sf)));
+  }
 #pragma omp parallel for schedule(static) if (big(rows, d))
   for (int r = 0; r < rows; ++r) {
     const T* xr = x + size_t(r) * d;
     T* yr = y + size_t(r) * d;
-    for (int c = 0; c < d; ++c) {
-      const double xc = double(xr[c]) - (shift ? shift[c] : 0.0);
-      yr[c] = T(double(gamma[c]) * xc * scale[c] + (beta ? double(beta[c]) : 0.0));
-    }
+#pragma omp simd
+    for (int c = 0; c < d; ++c) yr[c] = A[c] * (xr[c] - S[c]) + B[c];
   }
 }
 
@@ -85,6 +207,21 @@ template <class T>
 void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
                           const double* shift, const double* scale, const T* gamma,
                           const double* a, const double* b, T* dx) {
+  // With u = x - shf (shf = T(shift), e = shift - shf): xh = (u - e) * scale and
+  // dx = scale (gamma dy - a - b xh) = P dy + Q u + R,
+  // P = scale gamma, Q = -scale^2 b, R = scale (b scale e - a).
+  T* co = scratch<T>(0, 4 * size_t(d));
+  T *P = co, *Q = co + d, *R = co + 2 * size_t(d), *S = co + 3 * size_t(d);
+  for (int c = 0; c < d; ++c) {
+    const double s = shift ? shift[c] : 0.0;
+    const T sf = T(s);
+    const double e = s - double(sf);
+    const double sc = scale[c];
+    P[c] = T(sc * double(gamma[c]));
+    Q[c] = T(-sc * sc * b[c]);
+    R[c] = T(sc * (b[c] * sc * e - (a ? a[c] : 0.0)));
+    S[c] = sf;
+  }
 #pragma omp parallel for schedule(static) if (big(rows, d))
   for (int r = 0; r < rows; ++r) {
     T* dxr = dx + size_t(r) * d;
@@ -94,11 +231,8 @@ void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows
     }
     const T* xr = x + size_t(r) * d;
     const T* dyr = dy + size_t(r) * d;
-    for (int c = 0; c < d; ++c) {
-      const double xh = (double(xr[c]) - (shift ? shift[c] : 0.0)) * scale[c];
-      const double g = double(gamma[c]) * dyr[c];
-      dxr[c] = T(scale[c] * (g - (a ? a[c] : 0.0) - b[c] * xh));
-    }
+#pragma omp simd
+    for (int c = 0; c < d; ++c) dxr[c] = P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
   }
 }
 
@@ -111,12 +245,18 @@ void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* ga
     for (int j = 0; j < G; ++j) {
       const T* xr = x + size_t(r) * d + size_t(j) * m;
       T* yr = y + size_t(r) * d + size_t(j) * m;
-      double s = 0;
-      for (int c = 0; c < m; ++c) s += double(xr[c]) * xr[c];
+      const double s = row_sumsq(xr, m);
       const double ri = 1.0 / std::sqrt(s / m + double(eps));
-      for (int c = 0; c < m; ++c)
-        yr[c] = T(double(xr[c]) * ri * (gamma ? double(gamma[j * m + c]) : 1.0));
-      rinv[size_t(r) * G + j] = T(ri);
+      const T rf = T(ri);
+      if (gamma) {
+        const T* gj = gamma + size_t(j) * m;
+#pragma omp simd
+        for (int c = 0; c < m; ++c) yr[c] = xr[c] * rf * gj[c];
+      } else {
+#pragma omp simd
+        for (int c = 0; c < m; ++c) yr[c] = xr[c] * rf;
+      }
+      rinv[size_t(r) * G + j] = rf;
     }
   }
 }
@@ -125,39 +265,59 @@ template <class T>
 void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamma,
                            const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma) {
   const int m = d / G;
+  const int nch = nchunks(rows);
+  T* ones = nullptr;
+  if (!gamma) {
+    ones = scratch<T>(0, d);
+    std::fill(ones, ones + d, T(1));
+  }
+  const T* gm = gamma ? gamma : ones;
+  T* part = dgamma ? scratch<T>(1, size_t(nch) * d) : nullptr;  // per chunk: sum dy * xh
 #pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int r = 0; r < rows; ++r) {
-    T* dxr = dx + size_t(r) * d;
-    if (!live(mask, r)) {
-      std::fill(dxr, dxr + d, T(0));
-      continue;
-    }
-    for (int j = 0; j < G; ++j) {
-      const T* xr = x + size_t(r) * d + size_t(j) * m;
-      const T* dyr = dy + size_t(r) * d + size_t(j) * m;
-      T* dxg = dxr + size_t(j) * m;
-      const double ri = rinv[size_t(r) * G + j];
-      double sgx = 0;
-      for (int c = 0; c < m; ++c)
-        sgx += (gamma ? double(gamma[j * m + c]) : 1.0) * dyr[c] * (double(xr[c]) * ri);
-      const double mgx = sgx / m;
-      for (int c = 0; c < m; ++c) {
-        const double g = (gamma ? double(gamma[j * m + c]) : 1.0) * dyr[c];
-        dxg[c] = T(ri * (g - double(xr[c]) * ri * mgx));
+  for (int ch = 0; ch < nch; ++ch) {
+    T* pg = part ? part + size_t(ch) * d : nullptr;
+    if (pg) std::fill(pg, pg + d, T(0));
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r < r1; ++r) {
+      T* dxr = dx + size_t(r) * d;
+      if (!live(mask, r)) {
+        std::fill(dxr, dxr + d, T(0));
+        continue;
+      }
+      for (int j = 0; j < G; ++j) {
+        const size_t off = size_t(r) * d + size_t(j) * m;
+        const T* xr = x + off;
+        const T* dyr = dy + off;
+        const T* gj = gm + size_t(j) * m;
+        T* dxg = dx + off;
+        const T ri = rinv[size_t(r) * G + j];
+        double acc[kLanes] = {};
+        int c = 0;
+        for (; c + kLanes <= m; c += kLanes)
+          for (int k = 0; k < kLanes; ++k)
+            acc[k] += double(gj[c + k] * dyr[c + k] * (xr[c + k] * ri));
+        double sgx = lanes_sum(acc);
+        for (; c < m; ++c) sgx += double(gj[c] * dyr[c] * (xr[c] * ri));
+        const T mgx = T(sgx / m);
+        if (pg) {
+          T* pgj = pg + size_t(j) * m;
+#pragma omp simd
+          for (int c = 0; c < m; ++c) {
+            const T xh = xr[c] * ri;
+            dxg[c] = ri * (gj[c] * dyr[c] - xh * mgx);
+            pgj[c] += dyr[c] * xh;
+          }
+        } else {
+#pragma omp simd
+          for (int c = 0; c < m; ++c) {
+            const T xh = xr[c] * ri;
+            dxg[c] = ri * (gj[c] * dyr[c] - xh * mgx);
+          }
+        }
       }
     }
   }
-  if (!dgamma) return;
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int c0 = 0; c0 < d; c0 += kBlock) {
-    const int c1 = std::min(d, c0 + kBlock);
-    for (int r = 0; r < rows; ++r) {
-      if (!live(mask, r)) continue;
-      const T* xr = x + size_t(r) * d;
-      const T* dyr = dy + size_t(r) * d;
-      for (int c = c0; c < c1; ++c) dgamma[c] += dyr[c] * xr[c] * rinv[size_t(r) * G + c / m];
-    }
-  }
+  if (dgamma && rows > 0) combine_chunks(part, nch, size_t(d), d, dgamma);
 }
 
 template <class T>
@@ -170,16 +330,16 @@ void rowgroup_norm_forward(const T* x, int rows, int d, int G, T eps, const T* g
       const size_t off = size_t(r) * d + size_t(j) * m;
       const T* xr = x + off;
       T* yr = y + off;
-      double s = 0;
-      for (int c = 0; c < m; ++c) s += xr[c];
-      const double mu = s / m;
-      double v = 0;
-      for (int c = 0; c < m; ++c) v += (xr[c] - mu) * (xr[c] - mu);
-      const double rs = 1.0 / std::sqrt(v / m + double(eps));
-      for (int c = 0; c < m; ++c)
-        yr[c] = T(double(gamma[j * m + c]) * (xr[c] - mu) * rs + double(beta[j * m + c]));
-      mean[size_t(r) * G + j] = T(mu);
-      rstd[size_t(r) * G + j] = T(rs);
+      double mu, var;
+      row_moments(xr, m, mu, var);
+      const T rs = T(1.0 / std::sqrt(var + double(eps)));
+      const T mf = T(mu);
+      const T* gj = gamma + size_t(j) * m;
+      const T* bj = beta + size_t(j) * m;
+#pragma omp simd
+      for (int c = 0; c < m; ++c) yr[c] = gj[c] * ((xr[c] - mf) * rs) + bj[c];
+      mean[size_t(r) * G + j] = mf;
+      rstd[size_t(r) * G + j] = rs;
     }
   }
 }
@@ -189,44 +349,57 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
                             const T* gamma, const uint8_t* mask, int rows, int d, int G, T* dx,
                             T* dgamma, T* dbeta) {
   const int m = d / G;
+  const int nch = nchunks(rows);
+  T* part = scratch<T>(1, size_t(nch) * 2 * d);  // per chunk: [sum dy * xh | sum dy]
 #pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int r = 0; r < rows; ++r) {
-    T* dxr = dx + size_t(r) * d;
-    if (!live(mask, r)) {
-      std::fill(dxr, dxr + d, T(0));
-      continue;
-    }
-    for (int j = 0; j < G; ++j) {
-      const size_t off = size_t(r) * d + size_t(j) * m;
-      const T* xr = x + off;
-      const T* dyr = dy + off;
-      const double mu = mean[size_t(r) * G + j], rs = rstd[size_t(r) * G + j];
-      double sg = 0, sgx = 0;
-      for (int c = 0; c < m; ++c) {
-        const double g = double(gamma[j * m + c]) * dyr[c];
-        sg += g;
-        sgx += g * (xr[c] - mu) * rs;
+  for (int ch = 0; ch < nch; ++ch) {
+    T* pg = part + size_t(ch) * 2 * d;
+    T* pb = pg + d;
+    std::fill(pg, pg + 2 * size_t(d), T(0));
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r < r1; ++r) {
+      T* dxr = dx + size_t(r) * d;
+      if (!live(mask, r)) {
+        std::fill(dxr, dxr + d, T(0));
+        continue;
       }
-      const double mg = sg / m, mgx = sgx / m;
-      for (int c = 0; c < m; ++c) {
-        const double g = double(gamma[j * m + c]) * dyr[c];
-        dxr[j * m + c] = T(rs * (g - mg - (xr[c] - mu) * rs * mgx));
+      for (int j = 0; j < G; ++j) {
+        const size_t off = size_t(r) * d + size_t(j) * m;
+        const T* xr = x + off;
+        const T* dyr = dy + off;
+        const T* gj = gamma + size_t(j) * m;
+        T* dxg = dx + off;
+        const T mu = mean[size_t(r) * G + j], rs = rstd[size_t(r) * G + j];
+        double a1[kLanes] = {}, a2[kLanes] = {};
+        int c = 0;
+        for (; c + kLanes <= m; c += kLanes)
+          for (int k = 0; k < kLanes; ++k) {
+            const T g = gj[c + k] * dyr[c + k];
+            a1[k] += double(g);
+            a2[k] += double(g * ((xr[c + k] - mu) * rs));
+          }
+        double sg = lanes_sum(a1), sgx = lanes_sum(a2);
+        for (; c < m; ++c) {
+          const T g = gj[c] * dyr[c];
+          sg += double(g);
+          sgx += double(g * ((xr[c] - mu) * rs));
+        }
+        const T mg = T(sg / m), mgx = T(sgx / m);
+        T* pgj = pg + size_t(j) * m;
+        T* pbj = pb + size_t(j) * m;
+#pragma omp simd
+        for (int c = 0; c < m; ++c) {
+          const T xh = (xr[c] - mu) * rs;
+          dxg[c] = rs * (gj[c] * dyr[c] - mg - xh * mgx);
+          pgj[c] += dyr[c] * xh;
+          pbj[c] += dyr[c];
+        }
       }
     }
   }
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int c0 = 0; c0 < d; c0 += kBlock) {
-    const int c1 = std::min(d, c0 + kBlock);
-    for (int r = 0; r < rows; ++r) {
-      if (!live(mask, r)) continue;
-      const T* xr = x + size_t(r) * d;
-      const T* dyr = dy + size_t(r) * d;
-      for (int c = c0; c < c1; ++c) {
-        const size_t gi = size_t(r) * G + c / m;
-        dgamma[c] += dyr[c] * (xr[c] - mean[gi]) * rstd[gi];
-        dbeta[c] += dyr[c];
-      }
-    }
+  if (rows > 0) {
+    combine_chunks(part, nch, 2 * size_t(d), d, dgamma);
+    combine_chunks(part + d, nch, 2 * size_t(d), d, dbeta);
   }
 }
 
