@@ -1,6 +1,7 @@
 // The communicator interface: everything pntrain needs from MPI or NCCL, and nothing more.
 // Only comm/ and the launcher include mpi.h; every other folder talks to this interface.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -21,6 +22,21 @@ struct Communicator {
   virtual void allreduce_max(double* buf, size_t n) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Non-blocking sum: starts the reduction and returns a handle; the buffer must stay untouched
+  // until wait(). test() lets the reduction progress (MPI progresses only inside MPI calls).
+  using Request = int;
+  virtual Request iallreduce_sum(float* buf, size_t n) = 0;
+  virtual bool test(Request r) = 0;
+  virtual void wait(Request r) = 0;
+
+  // A collective that waits longer than this aborts the job naming the waiting rank
+  // (a peer is hung or dead). 0 disables the limit.
+  double timeout_s = 300;
+  // Seconds this rank spent inside collectives (blocking calls and wait()), for time reports.
+  double collective_seconds = 0;
+  // True while this rank waits inside a collective (its peers are late, not this rank).
+  std::atomic<bool> in_collective{false};
   // Ends the whole job (every rank) after printing msg; never returns.
   [[noreturn]] virtual void abort(const std::string& msg, int code = 1) = 0;
 };

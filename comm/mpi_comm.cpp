@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <thread>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/mpi_comm.h"
@@ -23,8 +24,14 @@ void check_mpi(int rc, const char* what) {
   }
 }
 
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
 struct MpiCommunicator final : Communicator {
   bool owns_mpi = false;
+  std::vector<MPI_Request> requests;  // handles of iallreduce_sum, reused once completed
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   MPI_Comm node_comm = MPI_COMM_NULL;
 
@@ -62,30 +69,88 @@ struct MpiCommunicator final : Communicator {
   void allreduce_max(double* buf, size_t n) override { reduce(buf, n, MPI_DOUBLE, MPI_MAX); }
 
   void reduce(void* buf, size_t n, MPI_Datatype type, MPI_Op op) {
-    // MPI counts are int: reduce in chunks so multi-GB buffers work.
+    // MPI counts are int: reduce in chunks so multi-GB buffers work. Every rank joins even
+    // with n == 0. Non-blocking calls completed under a timeout, so a dead peer cannot hang us.
     const size_t chunk = size_t(1) << 30;
     const size_t elem = type == MPI_FLOAT ? 4 : 8;
     char* p = static_cast<char*>(buf);
-    if (n == 0) {  // every rank still joins the collective
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, p, 0, type, op, MPI_COMM_WORLD), "MPI_Allreduce");
-      return;
-    }
-    for (size_t off = 0; off < n; off += chunk) {
+    size_t off = 0;
+    do {
       const int cnt = int(std::min(chunk, n - off));
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, p + off * elem, cnt, type, op, MPI_COMM_WORLD),
-                "MPI_Allreduce");
+      MPI_Request req;
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p + off * elem, cnt, type, op, MPI_COMM_WORLD, &req),
+                "MPI_Iallreduce");
+      complete(&req, "an all-reduce");
+      off += chunk;
+    } while (off < n);
+  }
+
+  // Waits for req, polling so that a peer that never arrives ends the job after timeout_s.
+  void complete(MPI_Request* req, const char* what) {
+    const double t0 = now_s();
+    in_collective = true;
+    int done = 0;
+    for (long spins = 0;; ++spins) {
+      check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) break;
+      if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (timeout_s > 0 && (spins & 255) == 0 && now_s() - t0 > timeout_s) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg,
+                      "rank %d waited more than %.0f s in %s: another rank is hung or dead "
+                      "(see its messages above; --comm-timeout sets the limit)",
+                      rank_, timeout_s, what);
+        std::fprintf(stderr, "pntrain: error: %s\n", msg);
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+      }
     }
+    in_collective = false;
+    collective_seconds += now_s() - t0;
+  }
+
+  Request iallreduce_sum(float* buf, size_t n) override {
+    if (n > size_t(1) << 30) {  // beyond one MPI count: fall back to the blocking path
+      reduce(buf, n, MPI_FLOAT, MPI_SUM);
+      return -1;
+    }
+    MPI_Request req;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+              "MPI_Iallreduce");
+    for (size_t i = 0; i < requests.size(); ++i)
+      if (requests[i] == MPI_REQUEST_NULL) {
+        requests[i] = req;
+        return Request(i);
+      }
+    requests.push_back(req);
+    return Request(requests.size() - 1);
+  }
+  bool test(Request r) override {
+    if (r < 0 || requests[r] == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    check_mpi(MPI_Test(&requests[r], &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  void wait(Request r) override {
+    if (r < 0 || requests[r] == MPI_REQUEST_NULL) return;
+    complete(&requests[r], "a gradient all-reduce");
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     const size_t chunk = size_t(1) << 30;
     char* p = static_cast<char*>(buf);
     for (size_t off = 0; off < bytes || off == 0; off += chunk) {
       const int cnt = int(std::min(chunk, bytes - off));
-      check_mpi(MPI_Bcast(p + off, cnt, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+      MPI_Request req;
+      check_mpi(MPI_Ibcast(p + off, cnt, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+      complete(&req, "a broadcast");
       if (bytes == 0) break;
     }
   }
-  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override {
+    MPI_Request req;
+    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    complete(&req, "a barrier");
+  }
 
   [[noreturn]] void abort(const std::string& msg, int code) override {
     if (rank_ == 0) {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <exception>
 #include <iostream>
 
@@ -31,6 +32,18 @@ int main(int argc, char** argv) {
     pn::set_num_threads(threads);
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     pn::Trainer trainer(opt, *comm, std::move(corpus));
+    if (opt.eval_only) {
+      if (!trainer.restored())
+        throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or a "
+                                    "--save-dir that holds one");
+      const pn::EvalResult v = trainer.evaluate(trainer.corpus().valid);
+      const pn::EvalResult t = trainer.evaluate(trainer.corpus().test);
+      if (comm->rank() == 0)
+        std::printf("eval | update %lld | valid loss %.4f ppl %.2f | test loss %.4f ppl %.2f\n",
+                    (long long)trainer.start_update(), v.nll, std::exp(v.nll), t.nll,
+                    std::exp(t.nll));
+      return 0;
+    }
     const pn::TrainResult r = trainer.train();
     if (comm->rank() == 0)
       LOG(INFO) << "done: " << r.updates << " updates, last training loss " << r.last_loss

@@ -1,5 +1,6 @@
 #include "model/lm.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -15,11 +16,13 @@ LanguageModel<T>::LanguageModel(const ModelConfig& c, uint64_t seed, Communicato
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = "layers." + std::to_string(l);
     Block& b = blocks[l];
+    b.param_begin = params.size();
     b.norm_self = make_norm<T>(c.norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
     b.attn = CausalSelfAttention<T>(params, p + ".self_attn", c.dim, c.heads);
     b.norm_ff = make_norm<T>(c.norm_ff, c.dim, params, p + ".final_layer_norm", comm);
     b.ff = FeedForward<T>(params, p, c.dim, c.ffn_dim);
   }
+  final_norm_begin = params.size();
   norm_final = make_norm<T>(c.norm_final, c.dim, params, "layer_norm", comm);
   params.allocate(seed);
 }
@@ -77,8 +80,12 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
 
 template <class T>
 k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
-                                               uint64_t dropout_seed) {
+                                               uint64_t dropout_seed,
+                                               const GradsReady& grads_ready) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   forward(batch, true, dropout_seed);
+  const auto t1 = clock::now();
   const int rows = batch.rows(), d = config.dim;
   const size_t n = size_t(rows) * d;
   const uint8_t* mask = batch.mask.data();
@@ -93,6 +100,7 @@ k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
   T* df = grad_c.data();
   embed.output_backward(f.data(), logits.data(), rows, df);
   norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
+  if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
     Block& b = blocks[l];
     // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch)
@@ -107,8 +115,13 @@ k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
     b.attn.backward(b.a.data(), df, grad_b.data());
     b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
+    if (grads_ready) grads_ready(b.param_begin);
   }
   embed.backward(batch.tokens.data(), grad_a.data(), rows);
+  if (grads_ready) grads_ready(0);
+  const auto t2 = clock::now();
+  forward_s = std::chrono::duration<double>(t1 - t0).count();
+  backward_s = std::chrono::duration<double>(t2 - t1).count();
   return sums;
 }
 

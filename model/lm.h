@@ -5,6 +5,7 @@
 // Parameters and gradients live in one contiguous ParamStore each.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct LanguageModel {
     // activations of the last training forward: block input, norm outputs, branch outputs, mid
     std::vector<T> x, a, attn_out, mid, b, ff_out;
     std::vector<uint8_t> keep_attn, keep_ff;
+    size_t param_begin = 0;  // offset of the block's first parameter in the flat buffer
   };
 
   ModelConfig config;
@@ -51,12 +53,19 @@ struct LanguageModel {
   std::vector<Block> blocks;
   std::unique_ptr<Norm<T>> norm_final;
   std::vector<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch
+  size_t final_norm_begin = 0;             // offset of the final norm's parameters
+  double forward_s = 0, backward_s = 0;    // wall time of the last forward_backward's halves
 
   LanguageModel(const ModelConfig& c, uint64_t seed, Communicator* comm);
 
   // Training micro-step: forward and backward; parameter gradients accumulate into
   // params.grad, scaled by grad_scale (1 leaves them as sums over target tokens).
-  k::LossSums forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed);
+  // grads_ready(begin), when given, is called as the backward finishes with parameters:
+  // every gradient at offset >= begin of the flat buffer is final for this micro-step (the
+  // hook of the overlapped gradient all-reduce).
+  using GradsReady = std::function<void(size_t begin)>;
+  k::LossSums forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
+                               const GradsReady& grads_ready = nullptr);
   // Loss of a batch in inference mode (running statistics, no dropout).
   k::LossSums evaluate(const Batch& batch);
   // Every norm layer, in model order (for state, probes and checkpoints).

@@ -103,8 +103,31 @@ po::options_description describe(Options& o) {
     ("threads", po::value(&o.threads)->default_value(o.threads),
      "threads per rank (0: the node's cores divided by its ranks)");
 
+  po::options_description dist("Distributed training, guards and evaluation");
+  dist.add_options()
+    ("bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb),
+     "gradient all-reduce bucket size in MB, reduced as the backward finishes with it "
+     "(0: one blocking all-reduce after the backward)")
+    ("log-timing", po::bool_switch(&o.log_timing),
+     "print the per-update time split (forward, backward, statistics and gradient all-reduce)")
+    ("consistency-interval",
+     po::value(&o.consistency_interval)->default_value(o.consistency_interval),
+     "every N updates ranks compare parameter checksums (0: off)")
+    ("max-bad-updates", po::value(&o.max_bad_updates)->default_value(o.max_bad_updates),
+     "NaN/Inf updates skipped in a row before the job stops")
+    ("comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+     "seconds a rank may make no progress (or wait in a collective) before the job stops")
+    ("debug-fault", po::value(&o.debug_fault),
+     "test hook: nan@U (NaN loss at update U), exit@U:R, hang@U:R, perturb@U:R (rank R)")
+    ("eval-only", po::bool_switch(&o.eval_only),
+     "evaluate the checkpoint (--restore-file or the last in --save-dir) on valid and test")
+    ("patience", po::value(&o.patience)->default_value(o.patience),
+     "stop after N validations without improvement (0: off)")
+    ("pn-eval-state", po::value(&o.pn_eval_state)->default_value(o.pn_eval_state),
+     "rank-local norm state used for evaluation: rank0 or mean (over ranks)");
+
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run);
+  all.add(data).add(model).add(optim).add(run).add(dist);
   return all;
 }
 
@@ -175,6 +198,9 @@ void validate_options(const Options& o) {
     fail("--lr-scheduler '" + o.lr_scheduler + "' is unknown: use inverse_sqrt or fixed");
   if (o.max_update < 0) fail("--max-update must be >= 0");
   if (o.norm_eps <= 0) fail("--norm-eps must be positive");
+  if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
+  if (o.pn_eval_state != "rank0" && o.pn_eval_state != "mean")
+    fail("--pn-eval-state '" + o.pn_eval_state + "' is unknown: use rank0 or mean");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
       std::string known;

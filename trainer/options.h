@@ -44,6 +44,17 @@ struct Options {
   int save_interval_updates = 0;       // 0: save only at the end (when --save-dir is given)
   int keep_last = 0;                   // 0: keep every checkpoint
   int threads = 0;  // 0: cores of the node divided by its ranks
+  // gradient all-reduce, guards, failure handling
+  double bucket_mb = 4;           // overlapped all-reduce bucket size; 0: one all-reduce after
+  bool log_timing = false;        // print the per-update time split
+  int consistency_interval = 100; // updates between cross-rank parameter checks (0: off)
+  int max_bad_updates = 5;        // consecutive NaN/Inf updates skipped before aborting
+  double comm_timeout = 300;      // seconds without progress before the job is stopped
+  std::string debug_fault;        // test hook: nan@U, exit@U:R, hang@U:R, perturb@U:R
+  // evaluation
+  bool eval_only = false;
+  int patience = 0;               // stop after N validations without improvement (0: off)
+  std::string pn_eval_state = "rank0";  // rank-local norm state used in evaluation: rank0|mean
   std::string config;
 };
 

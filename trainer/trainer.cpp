@@ -10,6 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <limits>
+#include <thread>
+#include <sys/resource.h>
 #include <stdexcept>
 
 #include "kernels/device.h"
@@ -49,6 +52,11 @@ ModelConfig model_config(const Options& o, int vocab) {
 
 Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
     : opt_(options), comm_(comm), corpus_(std::move(corpus)) {
+  if (comm_.size() > 1 && opt_.comm_timeout > 0) {
+    // A stuck rank names itself first; its peers' collectives give up a little later.
+    comm_.timeout_s = opt_.comm_timeout + 10;
+    watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
+  }
   model_ = std::make_unique<LanguageModel<float>>(model_config(opt_, corpus_.vocab.size()),
                                                   opt_.seed, &comm_);
   // Every rank initialises from the same seed; the broadcast makes identity a fact, not a hope.
@@ -124,6 +132,22 @@ void Trainer::write_metrics(const std::string& line) {
 }
 
 EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
+  // Rank-local norm state (PN, local BN/PN-V) differs across ranks: evaluate every share with
+  // rank 0's state (or the mean over ranks), then give each rank its own state back.
+  std::vector<std::vector<double>> own;
+  const auto norms = model_->norms();
+  if (comm_.size() > 1) {
+    for (Norm<float>* n : norms)
+      for (const StateTensor& t : n->state()) {
+        own.emplace_back(t.data, t.data + t.n);
+        if (opt_.pn_eval_state == "mean") {
+          comm_.allreduce_sum(t.data, t.n);
+          for (size_t i = 0; i < t.n; ++i) t.data[i] /= comm_.size();
+        } else {
+          comm_.broadcast(t.data, t.n * sizeof(double), 0);
+        }
+      }
+  }
   SampleSet set(stream, opt_.tokens_per_sample, /*keep_tail=*/true);
   int64_t begin, end;
   rank_share(set.count, comm_.rank(), comm_.size(), &begin, &end);
@@ -132,6 +156,7 @@ EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
   Batch batch;
   std::vector<int64_t> ids;
   for (int64_t s = begin; s < end; s += per_batch) {
+    if (watchdog_) watchdog_->beat("evaluation");
     ids.clear();
     for (int64_t i = s; i < std::min(end, s + per_batch); ++i) ids.push_back(i);
     set.make_batch(ids, &batch);
@@ -139,11 +164,91 @@ EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
     sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
   }
   comm_.allreduce_sum(sums, 3);
+  size_t k = 0;
+  for (Norm<float>* n : norms)
+    for (const StateTensor& t : n->state())
+      if (k < own.size()) std::copy(own[k].begin(), own[k].end(), t.data), ++k;
   EvalResult e;
   e.ntokens = sums[2];
   e.loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
   e.nll = sums[2] > 0 ? sums[1] / sums[2] : 0;
   return e;
+}
+
+namespace {
+// A fault injected by --debug-fault KIND@UPDATE[:RANK], for the failure tests.
+struct Fault {
+  std::string kind;
+  int64_t update = -1;
+  int rank = 0;
+};
+Fault parse_fault(const std::string& spec) {
+  Fault f;
+  if (spec.empty()) return f;
+  const size_t at = spec.find('@'), colon = spec.find(':');
+  try {
+    f.kind = spec.substr(0, at);
+    f.update = std::stoll(spec.substr(at + 1, colon == std::string::npos ? std::string::npos
+                                                                            : colon - at - 1));
+    if (colon != std::string::npos) f.rank = std::stoi(spec.substr(colon + 1));
+  } catch (const std::exception&) {
+    f.kind = "";
+  }
+  if (at == std::string::npos ||
+      (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb"))
+    throw std::invalid_argument("--debug-fault '" + spec +
+                                "' is malformed: use nan@U, exit@U:R, hang@U:R or perturb@U:R");
+  return f;
+}
+
+double peak_rss_mb() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // Linux reports KiB
+}
+}  // namespace
+
+// Buckets of the flat gradient buffer, from its end (the first parameters the backward
+// finishes with) to its start; each is all-reduced as soon as the backward is past it.
+void Trainer::plan_buckets() {
+  const size_t n = model_->params.size();
+  const size_t per = opt_.bucket_mb > 0 ? std::max<size_t>(1, size_t(opt_.bucket_mb * 262144.0))
+                                        : n;  // floats per bucket
+  buckets_.clear();
+  for (size_t end = n; end > 0;) {
+    const size_t begin = end > per ? end - per : 0;
+    buckets_.push_back({begin, end, -1});
+    end = begin;
+  }
+}
+
+void Trainer::check_consistency(int64_t update) {
+  // Per-tensor checksums (sum of the raw bits as integers, exact and order-free) compared
+  // against rank 0's; the first differing tensor is named.
+  const auto& specs = model_->params.specs;
+  std::vector<double> mine(specs.size()), ref;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(model_->params.p(int(i)));
+    uint64_t sum = 0;
+    for (size_t j = 0; j < specs[i].numel; ++j) sum += bits[j] * (j % 65521 + 1);
+    mine[i] = double(sum % (uint64_t(1) << 52));
+  }
+  ref = mine;
+  comm_.broadcast(ref.data(), ref.size() * sizeof(double), 0);
+  double first_bad = -1;
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (ref[i] != mine[i]) {
+      first_bad = double(i);
+      break;
+    }
+  double worst[2] = {first_bad, first_bad >= 0 ? double(comm_.rank()) : -1};
+  comm_.allreduce_max(worst, 2);
+  if (worst[0] >= 0)
+    throw std::runtime_error(
+        "parameters differ across ranks at update " + std::to_string(update) + ": tensor '" +
+        specs[size_t(worst[0])].name + "' on rank " + std::to_string(int(worst[1])) +
+        " differs from rank 0 (a bug, a bit flip or non-deterministic hardware): " +
+        "restart from the last checkpoint");
 }
 
 TrainResult Trainer::train() {
@@ -154,25 +259,43 @@ TrainResult Trainer::train() {
                              " tokens: lower --tokens-per-sample or give more text");
   SampleOrder order(train_set.count, opt_.seed);
   const int R = comm_.size(), rank = comm_.rank();
+  const Fault fault = parse_fault(opt_.debug_fault);
   // Samples per micro-batch over all ranks: the update's tokens do not depend on how it is split.
   const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
   auto& params = model_->params;
   const size_t nparam = params.size();
+  plan_buckets();
   TrainResult result;
   Batch batch;
   std::vector<int64_t> ids;
   const double t_start = now_s();
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
+  int bad_in_row = 0, validations_without_gain = 0;
+  double best_valid = std::numeric_limits<double>::infinity();
   for (int64_t update = start_update_; update < opt_.max_update; ++update) {
     const int64_t first = update * opt_.update_freq * micro_samples;
     if (opt_.max_epoch > 0 && first / train_set.count >= opt_.max_epoch) {
       if (rank == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
       break;
     }
+    if (watchdog_) watchdog_->beat("the start of an update");
+    if (fault.update == update + 1 && fault.rank == rank) {
+      if (fault.kind == "exit") {
+        std::fprintf(stderr, "pntrain: rank %d exits (--debug-fault %s)\n", rank,
+                     opt_.debug_fault.c_str());
+        std::_Exit(9);
+      }
+      if (fault.kind == "hang")
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (fault.kind == "perturb") params.data[params.specs.back().offset] += 1.0f;
+    }
     const double t0 = now_s();
+    const double comm0 = comm_.collective_seconds;
+    double fwd_s = 0, bwd_s = 0;
     k::fill<float>(params.grad.data(), nparam, 0.0f);
     double sums[3] = {0, 0, 0};  // loss, nll, target tokens of this rank
     for (int micro = 0; micro < opt_.update_freq; ++micro) {
+      if (watchdog_) watchdog_->beat("a training micro-step");
       const int64_t g0 = first + int64_t(micro) * micro_samples;
       int64_t b, e;
       rank_share(micro_samples, rank, R, &b, &e);
@@ -180,20 +303,54 @@ TrainResult Trainer::train() {
       for (int64_t i = b; i < e; ++i) ids.push_back(order.sample(g0 + i));
       train_set.make_batch(ids, &batch);
       const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
-      const k::LossSums r = model_->forward_backward(batch, 1.0f, dseed);
+      // Gradients are reduced once per update: buckets start during the last backward.
+      const bool last_micro = micro + 1 == opt_.update_freq;
+      const bool overlap = last_micro && R > 1 && opt_.bucket_mb > 0;
+      const k::LossSums r = model_->forward_backward(
+          batch, 1.0f, dseed, overlap ? LanguageModel<float>::GradsReady([&](size_t begin) {
+            for (Bucket& bk : buckets_) {
+              if (bk.request < 0 && bk.begin >= begin)
+                bk.request = comm_.iallreduce_sum(params.grad.data() + bk.begin,
+                                                  bk.end - bk.begin);
+              else if (bk.request >= 0)
+                comm_.test(bk.request);  // MPI progresses inside MPI calls
+            }
+          })
+                                      : nullptr);
+      fwd_s += model_->forward_s, bwd_s += model_->backward_s;
       sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
     }
-    // One all-reduce of the flat gradient buffer, then normalise by the update's tokens.
+    if (fault.kind == "nan" && fault.update == update + 1) sums[0] = sums[1] = NAN;
+    if (watchdog_) watchdog_->beat("the gradient all-reduce");
+    const double stats_comm_s = comm_.collective_seconds - comm0;
+    const double comm1 = comm_.collective_seconds;
+    if (R > 1 && opt_.bucket_mb > 0) {
+      for (Bucket& bk : buckets_) comm_.wait(bk.request), bk.request = -1;
+    } else {
+      comm_.allreduce_sum(params.grad.data(), nparam);
+    }
     comm_.allreduce_sum(sums, 3);
-    comm_.allreduce_sum(params.grad.data(), nparam);
+    const double grad_comm_s = comm_.collective_seconds - comm1;
     const double ntok = sums[2];
     const double loss = sums[0] / ntok, nll = sums[1] / ntok;
+    const double t_opt = now_s();
     if (!std::isfinite(loss) || !k::all_finite(params.grad.data(), nparam)) {
-      std::ostringstream m;
-      m << "the training loss became " << loss << " at update " << update + 1
-        << ": lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
-      throw std::runtime_error(m.str());
+      // Skip: no parameter, optimizer or schedule change; give up after a run of them.
+      ++bad_in_row;
+      if (rank == 0)
+        LOG(WARNING) << "update " << update + 1 << ": loss " << loss
+                     << " or a gradient is not finite; update skipped (" << bad_in_row << " of "
+                     << opt_.max_bad_updates << " allowed in a row)";
+      if (bad_in_row >= opt_.max_bad_updates) {
+        std::ostringstream m;
+        m << "the training loss or gradient was NaN/Inf for " << bad_in_row
+          << " updates in a row (last loss " << loss << " at update " << update + 1
+          << "): lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
+        throw std::runtime_error(m.str());
+      }
+      continue;
     }
+    bad_in_row = 0;
     k::scale_inplace<float>(params.grad.data(), nparam, float(1.0 / ntok));
     if (opt_.clip_norm > 0) {
       const double gnorm = std::sqrt(k::sum_squares<float>(params.grad.data(), nparam));
@@ -205,6 +362,7 @@ TrainResult Trainer::train() {
     k::adam_update(params.data.data(), params.grad.data(), adam_m_.data(), adam_v_.data(), nparam,
                    float(lr), float(opt_.adam_beta1), float(opt_.adam_beta2),
                    float(opt_.adam_eps), float(opt_.weight_decay), update + 1);
+    const double optim_s = now_s() - t_opt;
     const double wall = now_s() - t0;
     result.updates = update + 1;
     result.last_loss = loss;
@@ -215,6 +373,13 @@ TrainResult Trainer::train() {
       nlohmann::json j = {{"update", update + 1}, {"loss", loss},          {"nll_loss", nll},
                           {"ntokens", ntok},      {"lr", lr},              {"wall_s", wall},
                           {"tokens_per_s", ntok / wall}};
+      // Time split of rank 0: forward and backward include the statistics all-reduces of
+      // synchronized norms (also given alone); grad_comm_s is the gradient all-reduce time
+      // not hidden behind the backward.
+      j["time"] = {{"forward_s", fwd_s},           {"backward_s", bwd_s},
+                   {"stats_comm_s", stats_comm_s}, {"grad_comm_s", grad_comm_s},
+                   {"optimizer_s", optim_s}};
+      j["peak_rss_mb"] = peak_rss_mb();
       if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
         nlohmann::json probe = nlohmann::json::object();
         for (auto& [name, norm] : probed_)
@@ -222,6 +387,13 @@ TrainResult Trainer::train() {
         j["norm_stats"] = probe;
       }
       write_metrics(j.dump());
+      if (opt_.log_timing)
+        LOG(INFO) << std::fixed << std::setprecision(1) << "timing | update " << update + 1
+                  << " | forward " << 1e3 * fwd_s << " ms | backward " << 1e3 * bwd_s
+                  << " ms (stats all-reduce " << 1e3 * stats_comm_s << " ms) | gradient "
+                  << "all-reduce exposed " << 1e3 * grad_comm_s << " ms | optimizer "
+                  << 1e3 * optim_s << " ms | peak rss " << std::setprecision(0) << peak_rss_mb()
+                  << " MB";
       if ((update + 1) % opt_.log_interval == 0 || update == 0) {
         std::ostringstream line;
         line << std::fixed << std::setprecision(3) << "update " << update + 1 << " | epoch "
@@ -237,10 +409,10 @@ TrainResult Trainer::train() {
         log_loss = log_nll = log_tokens = log_time = 0;
       }
     }
+    if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 && R > 1)
+      check_consistency(update + 1);
     const bool last = update + 1 == opt_.max_update;
-    if (!opt_.save_dir.empty() &&
-        (last || (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0)))
-      save_checkpoint(update + 1);
+    bool stop = false;
     if (opt_.validate_interval_updates > 0 &&
         ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
       const EvalResult v = evaluate(corpus_.valid);
@@ -254,7 +426,23 @@ TrainResult Trainer::train() {
                             {"valid_ppl", std::exp(v.nll)}};
         write_metrics(j.dump());
       }
+      if (v.nll < best_valid) {
+        best_valid = v.nll;
+        validations_without_gain = 0;
+        if (!opt_.save_dir.empty()) save_checkpoint(update + 1, "checkpoint_best");
+      } else if (opt_.patience > 0 && ++validations_without_gain >= opt_.patience) {
+        if (rank == 0)
+          LOG(INFO) << "early stop: no validation improvement for " << opt_.patience
+                    << " validations (--patience)";
+        stop = true;
+      }
     }
+    if (watchdog_) watchdog_->beat("validation or a checkpoint");
+    if (!opt_.save_dir.empty() &&
+        (last || stop ||
+         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0)))
+      save_checkpoint(update + 1);
+    if (stop) break;
   }
   return result;
 }
@@ -273,9 +461,18 @@ void append(std::vector<char>* out, const V& v) {
 }
 }  // namespace
 
-bool Trainer::save_checkpoint(int64_t update) {
+bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
   namespace fs = std::filesystem;
-  const std::string dir = (fs::path(opt_.save_dir) / ("checkpoint_" + std::to_string(update))).string();
+  // A named checkpoint (checkpoint_best) is written beside its old copy and swapped in.
+  const std::string final_dir =
+      (fs::path(opt_.save_dir) / (name.empty() ? "checkpoint_" + std::to_string(update) : name))
+          .string();
+  const std::string dir = name.empty() ? final_dir : final_dir + ".new";
+  if (!k::all_finite(model_->params.data.data(), model_->params.size())) {
+    if (comm_.rank() == 0)
+      LOG(ERROR) << "checkpoint " << final_dir << " not saved: parameters are not finite";
+    return false;
+  }
   double failed = 0;
   std::string error;
   try {
@@ -313,15 +510,23 @@ bool Trainer::save_checkpoint(int64_t update) {
   }
   comm_.allreduce_max(&failed, 1);  // every rank learns whether all files are on disk
   if (failed > 0) {
-    LOG(ERROR) << "checkpoint " << dir << " not saved"
+    LOG(ERROR) << "checkpoint " << final_dir << " not saved"
                << (error.empty() ? " (another rank failed)" : ": " + error)
                << "; the previous checkpoint is intact, training continues";
     return false;
   }
   if (comm_.rank() == 0) {
-    commit_checkpoint(opt_.save_dir, dir);
-    prune_checkpoints(opt_.save_dir, opt_.keep_last, dir);
-    LOG(INFO) << "saved checkpoint " << dir;
+    if (name.empty()) {
+      commit_checkpoint(opt_.save_dir, dir);
+      prune_checkpoints(opt_.save_dir, opt_.keep_last, dir);
+    } else {
+      { std::ofstream(fs::path(dir) / "DONE") << "complete\n"; }
+      fs::remove_all(final_dir + ".old");
+      if (fs::exists(final_dir)) fs::rename(final_dir, final_dir + ".old");
+      fs::rename(dir, final_dir);
+      fs::remove_all(final_dir + ".old");
+    }
+    LOG(INFO) << "saved checkpoint " << final_dir;
   }
   comm_.barrier();
   return true;
@@ -352,6 +557,7 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   std::memcpy(adam_m_.data(), m.payload.data() + n * sizeof(float), n * sizeof(float));
   std::memcpy(adam_v_.data(), m.payload.data() + 2 * n * sizeof(float), n * sizeof(float));
   start_update_ = m.header.at("update").get<int64_t>();
+  restored_ = true;
   const int saved_world = m.header.at("world_size").get<int>();
   // Norm running state: this rank's own file, or the mean over the saved ranks.
   const auto norms = model_->norms();
