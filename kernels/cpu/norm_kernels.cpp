@@ -1,14 +1,14 @@
 // CPU kernels of the normalization family; see kernels/norm_kernels.h for the math.
 //
 // Determinism: every reduction is split into pieces fixed by the data shape alone (blocks of
-// kRowChunk rows, per-row sums over kLanes interleaved accumulators) and the pieces are combined
-// in a fixed order, so results are bitwise independent of the number of OpenMP threads (and of
-// the SIMD width: the lanes are explicit).
+// kRowChunk rows, per-row sums over 8 explicit lanes) and the pieces are combined in a fixed
+// order, so results are bitwise independent of the number of OpenMP threads (and of the SIMD
+// width: the lanes are explicit).
 //
 // Speed: one streaming pass per statistic, written so that GCC vectorises it at plain SSE2 as
 // well as with AVX2:
-//  * row sums (layer, rms, group) keep kLanes independent double accumulators (no serial
-//    dependency chain, no reduction reordering needed);
+//  * row sums (layer, rms, group) keep 8 independent double lanes (no serial dependency chain,
+//    no reduction reordering needed);
 //  * column sums (batch-type) walk the rows of a chunk and add whole rows into per-chunk double
 //    partials that stay in L1, instead of reading narrow column blocks with a large stride;
 //  * parameter gradients (dgamma, dbeta) are accumulated in the row loop of the backward into
@@ -20,12 +20,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace pn::k {
 namespace {
 constexpr int kRowChunk = 256;  // rows per partial-sum chunk (fixed: thread-count independent)
-constexpr int kLanes = 8;       // interleaved accumulators of a row sum
 inline bool big(int rows, int d) { return size_t(rows) * size_t(d) > 32768; }
 inline bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
 inline int nchunks(int rows) { return (rows + kRowChunk - 1) / kRowChunk; }
@@ -38,43 +41,137 @@ U* scratch(int slot, size_t n) {
   return buf[slot].data();
 }
 
-inline double lanes_sum(const double* a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+// Row sums in double over 8 fixed lanes, written with GCC/Clang vector extensions of the
+// native SSE2 width (4 floats, 2 doubles): four independent dependency chains per sum, and the
+// same lane arithmetic (hence the same results) whatever ISA the compiler targets. The double
+// instantiations (reference precision, not speed) use plain loops.
+typedef float f4 __attribute__((vector_size(16)));
+typedef double d2 __attribute__((vector_size(16)));
+inline f4 ld4(const float* p) {
+  f4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
-
-// s1 = sum (x - x0), s2 = sum (x - x0)^2 in double, x0 = x[0] (a shift that keeps the one-pass
-// variance exact enough in double).
-template <class T>
-inline void row_moments(const T* x, int n, double& mu, double& var) {
-  const double x0 = double(x[0]);
-  double a[kLanes] = {}, b[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) {
-      const double v = double(x[i + k]) - x0;
-      a[k] += v;
-      b[k] += v * v;
-    }
-  double s1 = lanes_sum(a), s2 = lanes_sum(b);
-  for (; i < n; ++i) {
-    const double v = double(x[i]) - x0;
-    s1 += v;
-    s2 += v * v;
+// float -> double widening: GCC lowers __builtin_convertvector of 2 floats to scalar code, so on
+// x86 use the SSE2 instruction directly (also valid, VEX-encoded, in AVX2 builds).
+#if defined(__SSE2__)
+inline d2 lo_d(f4 v) { return _mm_cvtps_pd(v); }
+inline d2 hi_d(f4 v) { return _mm_cvtps_pd(_mm_movehl_ps(v, v)); }
+#else
+inline d2 lo_d(f4 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1), d2); }
+inline d2 hi_d(f4 v) { return __builtin_convertvector(__builtin_shufflevector(v, v, 2, 3), d2); }
+#endif
+struct Acc8 {  // lanes 0-1, 2-3, 4-5, 6-7 of a block of 8
+  d2 a = {0, 0}, b = {0, 0}, c = {0, 0}, d = {0, 0};
+  void add(f4 v0, f4 v1) {
+    a += lo_d(v0);
+    b += hi_d(v0);
+    c += lo_d(v1);
+    d += hi_d(v1);
   }
-  const double m1 = s1 / n;
-  mu = x0 + m1;
-  var = std::max(0.0, s2 / n - m1 * m1);
+  double sum() const {
+    const d2 s = (a + b) + (c + d);
+    return s[0] + s[1];
+  }
+};
+
+// mu = mean x, then var = mean (x - mu)^2: two passes over the (L1-resident) row, in double.
+inline void row_moments(const float* x, int n, double& mu, double& var) {
+  Acc8 a, b;  // 8 dependency chains: 16 elements per step
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a.add(ld4(x + i), ld4(x + i + 4));
+    b.add(ld4(x + i + 8), ld4(x + i + 12));
+  }
+  double s1 = a.sum() + b.sum();
+  for (; i < n; ++i) s1 += double(x[i]);
+  mu = s1 / n;
+  // Deviations from the float mean are formed and squared in float (exact up to one rounding
+  // of a positive term each), summed in double; the offset mu - mf is removed exactly after.
+  const float mf = float(mu);
+  Acc8 c, e;
+  i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const f4 u0 = ld4(x + i) - mf, u1 = ld4(x + i + 4) - mf;
+    const f4 u2 = ld4(x + i + 8) - mf, u3 = ld4(x + i + 12) - mf;
+    c.add(u0 * u0, u1 * u1);
+    e.add(u2 * u2, u3 * u3);
+  }
+  double s2 = c.sum() + e.sum();
+  for (; i < n; ++i) s2 += (double(x[i]) - mf) * (double(x[i]) - mf);
+  const double off = mu - double(mf);
+  var = std::max(0.0, s2 / n - off * off);
+}
+inline void row_moments(const double* x, int n, double& mu, double& var) {
+  double s1 = 0;
+  for (int i = 0; i < n; ++i) s1 += x[i];
+  mu = s1 / n;
+  double s2 = 0;
+  for (int i = 0; i < n; ++i) s2 += (x[i] - mu) * (x[i] - mu);
+  var = s2 / n;
 }
 
-template <class T>
-inline double row_sumsq(const T* x, int n) {
-  double a[kLanes] = {};
+inline double row_sumsq(const float* x, int n) {
+  Acc8 a, b;
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < kLanes; ++k) a[k] += double(x[i + k]) * double(x[i + k]);
-  double s = lanes_sum(a);
+  for (; i + 16 <= n; i += 16) {
+    const f4 u0 = ld4(x + i), u1 = ld4(x + i + 4), u2 = ld4(x + i + 8), u3 = ld4(x + i + 12);
+    a.add(u0 * u0, u1 * u1);
+    b.add(u2 * u2, u3 * u3);
+  }
+  double s = a.sum() + b.sum();
   for (; i < n; ++i) s += double(x[i]) * double(x[i]);
   return s;
+}
+inline double row_sumsq(const double* x, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+
+// sum double(g * x * ri), g = gamma * dy (rms backward).
+inline double row_dot_rms(const float* g, const float* dy, const float* x, float ri, int n) {
+  Acc8 acc;
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    acc.add(ld4(g + i) * ld4(dy + i) * (ld4(x + i) * ri),
+            ld4(g + i + 4) * ld4(dy + i + 4) * (ld4(x + i + 4) * ri));
+  double s = acc.sum();
+  for (; i < n; ++i) s += double(g[i] * dy[i] * (x[i] * ri));
+  return s;
+}
+inline double row_dot_rms(const double* g, const double* dy, const double* x, double ri, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += g[i] * dy[i] * (x[i] * ri);
+  return s;
+}
+
+// sg = sum double(g), sgx = sum double(g * xh), g = gamma * dy, xh = (x - mu) * rs.
+inline void row_dot_norm(const float* gm, const float* dy, const float* x, float mu, float rs,
+                         int n, double& sg, double& sgx) {
+  Acc8 a1, a2;
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const f4 g0 = ld4(gm + i) * ld4(dy + i), g1 = ld4(gm + i + 4) * ld4(dy + i + 4);
+    a1.add(g0, g1);
+    a2.add(g0 * ((ld4(x + i) - mu) * rs), g1 * ((ld4(x + i + 4) - mu) * rs));
+  }
+  sg = a1.sum();
+  sgx = a2.sum();
+  for (; i < n; ++i) {
+    const float g = gm[i] * dy[i];
+    sg += double(g);
+    sgx += double(g * ((x[i] - mu) * rs));
+  }
+}
+inline void row_dot_norm(const double* gm, const double* dy, const double* x, double mu,
+                         double rs, int n, double& sg, double& sgx) {
+  sg = sgx = 0;
+  for (int i = 0; i < n; ++i) {
+    const double g = gm[i] * dy[i];
+    sg += g;
+    sgx += g * ((x[i] - mu) * rs);
+  }
 }
 
 // dst[c] += sum over chunks (in chunk order) of part[ch * stride + c], in double.
@@ -291,13 +388,7 @@ void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamm
         const T* gj = gm + size_t(j) * m;
         T* dxg = dx + off;
         const T ri = rinv[size_t(r) * G + j];
-        double acc[kLanes] = {};
-        int c = 0;
-        for (; c + kLanes <= m; c += kLanes)
-          for (int k = 0; k < kLanes; ++k)
-            acc[k] += double(gj[c + k] * dyr[c + k] * (xr[c + k] * ri));
-        double sgx = lanes_sum(acc);
-        for (; c < m; ++c) sgx += double(gj[c] * dyr[c] * (xr[c] * ri));
+        const double sgx = row_dot_rms(gj, dyr, xr, ri, m);
         const T mgx = T(sgx / m);
         if (pg) {
           T* pgj = pg + size_t(j) * m;
@@ -370,20 +461,8 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
         const T* gj = gamma + size_t(j) * m;
         T* dxg = dx + off;
         const T mu = mean[size_t(r) * G + j], rs = rstd[size_t(r) * G + j];
-        double a1[kLanes] = {}, a2[kLanes] = {};
-        int c = 0;
-        for (; c + kLanes <= m; c += kLanes)
-          for (int k = 0; k < kLanes; ++k) {
-            const T g = gj[c + k] * dyr[c + k];
-            a1[k] += double(g);
-            a2[k] += double(g * ((xr[c + k] - mu) * rs));
-          }
-        double sg = lanes_sum(a1), sgx = lanes_sum(a2);
-        for (; c < m; ++c) {
-          const T g = gj[c] * dyr[c];
-          sg += double(g);
-          sgx += double(g * ((xr[c] - mu) * rs));
-        }
+        double sg, sgx;
+        row_dot_norm(gj, dyr, xr, mu, rs, m, sg, sgx);
         const T mg = T(sg / m), mgx = T(sgx / m);
         T* pgj = pg + size_t(j) * m;
         T* pbj = pb + size_t(j) * m;
