@@ -1,0 +1,163 @@
+// Issue 4 under mpirun: SPEC 4's three ways to make one update, and exact resume with
+// rank-local PN state.
+#include <glog/logging.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "mpi_env.h"
+#include "trainer/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace pn {
+namespace {
+
+Options base(const std::string& norm) {
+  Options o;
+  o.tokens_per_sample = 16;
+  o.decoder_layers = 2;
+  o.decoder_embed_dim = 32;
+  o.decoder_attention_heads = 4;
+  o.decoder_ffn_embed_dim = 64;
+  o.dropout = 0.0;
+  o.max_update = 5;
+  o.warmup_updates = 2;
+  o.lr = 3e-3;
+  o.validate_interval_updates = 0;
+  o.log_interval = 1000;
+  o.norm_self = o.norm_ff = o.norm_final = norm;
+  return o;
+}
+
+const Corpus& corpus() {
+  static const Corpus c = builtin_corpus();
+  return c;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return a.size() == b.size() ? m : 1e30;
+}
+
+// The update of 96 tokens (6 samples) made three ways: one process with one micro-batch, one
+// process with 6 micro-steps of one sample (update_freq 6), and R ranks with 96/R tokens each.
+struct ThreeWays {
+  std::vector<double> one_big, accumulated, ranks;
+};
+ThreeWays three_ways(const std::string& norm, const std::string& single_norm) {
+  Communicator& w = test::world();
+  auto single = make_single_communicator();
+  ThreeWays r;
+  Options a = base(single_norm);
+  a.max_tokens = 96;
+  r.one_big = Trainer(a, *single, corpus()).train().losses;
+  Options b = base(single_norm);
+  b.max_tokens = 16, b.update_freq = 6;
+  r.accumulated = Trainer(b, *single, corpus()).train().losses;
+  Options c = base(norm);
+  c.max_tokens = 96 / w.size();
+  r.ranks = Trainer(c, w, corpus()).train().losses;
+  return r;
+}
+
+TEST(UpdateSplits, LayerNormGivesTheSameUpdateAllThreeWays) {
+  FLAGS_minloglevel = 1;
+  const ThreeWays t = three_ways("layer", "layer");
+  EXPECT_LT(max_rel_diff(t.accumulated, t.one_big), 2e-5);
+  EXPECT_LT(max_rel_diff(t.ranks, t.one_big), 2e-5);
+}
+
+TEST(UpdateSplits, SyncBatchMatchesAcrossRanksButNotAcrossMicroSteps) {
+  FLAGS_minloglevel = 1;
+  const ThreeWays t = three_ways("sync_batch", "batch");
+  EXPECT_LT(max_rel_diff(t.ranks, t.one_big), 2e-5);   // same statistics batch
+  EXPECT_GT(max_rel_diff(t.accumulated, t.one_big), 1e-3);  // 16-token statistics batches
+}
+
+TEST(GradientAllReduce, BucketedOverlapEqualsOneAllReduceAfterTheBackward) {
+  FLAGS_minloglevel = 1;
+  Communicator& w = test::world();
+  Options o = base("sync_power_v");
+  o.max_tokens = 48;
+  o.update_freq = 2;
+  o.bucket_mb = 0;  // one blocking all-reduce of the whole buffer
+  Trainer blocking(o, w, corpus());
+  const TrainResult rb = blocking.train();
+  o.bucket_mb = 0.002;  // 524-float buckets: dozens of them, launched during the backward
+  Trainer bucketed(o, w, corpus());
+  const TrainResult ro = bucketed.train();
+  EXPECT_LT(max_rel_diff(ro.losses, rb.losses), 1e-6);
+  double max_diff = 0;
+  for (size_t i = 0; i < blocking.model().params.size(); ++i)
+    max_diff = std::max(max_diff, double(std::abs(blocking.model().params.data[i] -
+                                                  bucketed.model().params.data[i])));
+  EXPECT_LT(max_diff, 1e-5);
+}
+
+TEST(Resume, PowerNormAtRRanksResumesExactly) {
+  FLAGS_minloglevel = 1;
+  Communicator& w = test::world();
+  const fs::path root = fs::temp_directory_path() / ("pn_resume_np" + std::to_string(w.size()));
+  if (w.rank() == 0) {
+    fs::remove_all(root);
+    fs::create_directories(root);
+  }
+  w.barrier();
+  Options o = base("power");
+  o.max_tokens = 48;
+  o.dropout = 0.1;
+  o.pn_warmup = 4;  // crosses PN's warmup boundary before the stop
+  o.max_update = 20;
+  o.save_dir = (root / "straight").string();
+  Trainer straight(o, w, corpus());
+  const TrainResult rs = straight.train();
+
+  o.save_dir = (root / "split").string();
+  o.max_update = 10;
+  Trainer first(o, w, corpus());
+  const TrainResult r1 = first.train();
+  o.max_update = 20;
+  Trainer second(o, w, corpus());
+  EXPECT_EQ(second.start_update(), 10);
+  const TrainResult r2 = second.train();
+
+  std::vector<double> joined = r1.losses;
+  joined.insert(joined.end(), r2.losses.begin(), r2.losses.end());
+  EXPECT_EQ(joined, rs.losses);  // same metrics, bit for bit
+  EXPECT_EQ(second.model().params.data, straight.model().params.data);
+  // Rank-local PN state resumed on every rank, also bit for bit.
+  auto state_of = [](Trainer& t) {
+    std::vector<double> s;
+    for (Norm<float>* n : t.model().norms())
+      for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
+    return s;
+  };
+  const std::vector<double> own = state_of(second);
+  EXPECT_EQ(own, state_of(straight));
+  // The ranks' PN states differ (rank-local), so a restart at another world size starts from
+  // their mean, with a warning.
+  std::vector<double> mean = own, mine = own;
+  w.allreduce_sum(mean.data(), mean.size());
+  for (double& v : mean) v /= w.size();
+  std::vector<double> ref = own;
+  w.broadcast(ref.data(), ref.size() * sizeof(double), 0);
+  if (w.rank() == 1) EXPECT_NE(ref, mine);
+  auto single = make_single_communicator();
+  Options one = o;
+  one.max_tokens = 48 * w.size();
+  one.max_update = 20;
+  one.restore_file = (root / "split" / "checkpoint_20").string();
+  Trainer resumed_alone(one, *single, corpus());
+  const std::vector<double> got = state_of(resumed_alone);
+  ASSERT_EQ(got.size(), mean.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], mean[i], 1e-12 * (1 + std::abs(mean[i])));
+  w.barrier();
+  if (w.rank() == 0) fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace pn
