@@ -223,15 +223,33 @@ void column_stats(const T* x, const uint8_t* mask, int rows, int d, const double
     double* s1 = part + size_t(ch) * 2 * d;
     double* s2 = s1 + d;
     std::fill(s1, s1 + 2 * size_t(d), 0.0);
+    // Live rows four at a time: a quarter of the partial-sum loads and stores.
+    const T* rp[4];
+    int nr = 0;
     const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r < r1; ++r) {
-      if (!live(mask, r)) continue;
-      const T* xr = x + size_t(r) * d;
-      for (int c = 0; c < d; ++c) {
-        const double v = double(xr[c]) - sh[c];
-        s1[c] += v;
-        s2[c] += v * v;
+    for (int r = ch * kRowChunk; r <= r1; ++r) {
+      if (r < r1) {
+        if (!live(mask, r)) continue;
+        rp[nr++] = x + size_t(r) * d;
+        if (nr < 4) continue;
       }
+      if (nr == 4) {
+        const T *x0 = rp[0], *x1 = rp[1], *x2 = rp[2], *x3 = rp[3];
+        for (int c = 0; c < d; ++c) {
+          const double v0 = double(x0[c]) - sh[c], v1 = double(x1[c]) - sh[c];
+          const double v2 = double(x2[c]) - sh[c], v3 = double(x3[c]) - sh[c];
+          s1[c] += (v0 + v1) + (v2 + v3);
+          s2[c] += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3);
+        }
+      } else {
+        for (int k = 0; k < nr; ++k)
+          for (int c = 0; c < d; ++c) {
+            const double v = double(rp[k][c]) - sh[c];
+            s1[c] += v;
+            s2[c] += v * v;
+          }
+      }
+      nr = 0;
     }
   }
   if (rows == 0) {
@@ -255,16 +273,38 @@ void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, co
     double* s1 = part + size_t(ch) * 2 * d;
     double* s2 = s1 + d;
     std::fill(s1, s1 + 2 * size_t(d), 0.0);
+    size_t ro[4];  // offsets of live rows, four at a time as in column_stats
+    int nr = 0;
     const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r < r1; ++r) {
-      if (!live(mask, r)) continue;
-      const T* ar = a + size_t(r) * d;
-      const T* br = b + size_t(r) * d;
-      for (int c = 0; c < d; ++c) {
-        const double av = double(ar[c]);
-        s1[c] += av;
-        s2[c] += av * (double(br[c]) - sh[c]);
+    for (int r = ch * kRowChunk; r <= r1; ++r) {
+      if (r < r1) {
+        if (!live(mask, r)) continue;
+        ro[nr++] = size_t(r) * d;
+        if (nr < 4) continue;
       }
+      if (nr == 4) {
+        const size_t o0 = ro[0], o1 = ro[1], o2 = ro[2], o3 = ro[3];
+        const T *a0 = a + o0, *a1 = a + o1, *a2 = a + o2, *a3 = a + o3;
+        const T *b0 = b + o0, *b1 = b + o1, *b2 = b + o2, *b3 = b + o3;
+        for (int c = 0; c < d; ++c) {
+          const double u0 = double(a0[c]), u1 = double(a1[c]), u2 = double(a2[c]),
+                       u3 = double(a3[c]);
+          s1[c] += (u0 + u1) + (u2 + u3);
+          s2[c] += (u0 * (double(b0[c]) - sh[c]) + u1 * (double(b1[c]) - sh[c])) +
+                   (u2 * (double(b2[c]) - sh[c]) + u3 * (double(b3[c]) - sh[c]));
+        }
+      } else {
+        for (int k = 0; k < nr; ++k) {
+          const T* ar = a + ro[k];
+          const T* br = b + ro[k];
+          for (int c = 0; c < d; ++c) {
+            const double av = double(ar[c]);
+            s1[c] += av;
+            s2[c] += av * (double(br[c]) - sh[c]);
+          }
+        }
+      }
+      nr = 0;
     }
   }
   if (rows == 0) {

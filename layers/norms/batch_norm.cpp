@@ -22,12 +22,14 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
   count = 0;
   if (training) {
     // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
-    std::vector<double> buf(1 + 2 * size_t(d));
+    // Per-thread scratch reused across calls (no heap allocation once warm).
+    static thread_local std::vector<double> buf, var_b;
+    buf.assign(1 + 2 * size_t(d), 0.0);
     k::column_stats<T>(x, mask, rows, d, running_mean.data(), &buf[0], &buf[1], &buf[1 + d]);
     reduce(buf.data(), buf.size());
     count = buf[0];
     if (count > 0) {
-      std::vector<double> var_b(d);
+      var_b.resize(d);
       if (this->probe) this->probe_values = {{"dist_mean", 0.0}, {"dist_var", 0.0}};
       for (int c = 0; c < d; ++c) {
         const double m1 = buf[1 + c] / count;
@@ -49,7 +51,8 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
       return;
     }
   }
-  std::vector<double> inv(d);
+  static thread_local std::vector<double> inv;
+  inv.resize(d);
   for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_var[c] + eps);
   k::column_affine<T>(x, rows, d, running_mean.data(), inv.data(), store->p(gamma),
                       store->p(beta), y);
@@ -58,7 +61,9 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 template <class T>
 void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
   // [sum dy | sum dy (x - mu_B)], local parameter gradients taken before the reduction.
-  std::vector<double> buf(2 * size_t(d), 0.0);
+  // Per-thread scratch reused across calls (no heap allocation once warm).
+  static thread_local std::vector<double> buf, a, b;
+  buf.assign(2 * size_t(d), 0.0);
   if (count > 0) {
     k::column_dot<T>(dy, x, mask, rows, d, mean.data(), &buf[0], &buf[d]);
     T* dg = store->g(gamma);
@@ -74,7 +79,8 @@ void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     return;
   }
   const T* gm = store->p(gamma);
-  std::vector<double> a(d), b(d);
+  a.resize(d);
+  b.resize(d);
   for (int c = 0; c < d; ++c) {
     a[c] = double(gm[c]) * buf[c] / count;                // mean_S g
     b[c] = double(gm[c]) * buf[d + c] * rstd[c] / count;  // mean_S g xh

@@ -21,7 +21,9 @@ template <class T>
 void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
   count = 0;
   if (training) {
-    std::vector<double> buf(1 + size_t(d));  // [count | sum x^2]
+    // Per-thread scratch reused across calls (no heap allocation once warm).
+    static thread_local std::vector<double> buf;  // [count | sum x^2]
+    buf.assign(1 + size_t(d), 0.0);
     k::column_stats<T>(x, mask, rows, d, nullptr, &buf[0], nullptr, &buf[1]);
     reduce(buf.data(), buf.size());
     count = buf[0];
@@ -46,14 +48,18 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
       return;
     }
   }
-  std::vector<double> inv(d);
+  static thread_local std::vector<double> inv;
+  inv.resize(d);
   for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
   k::column_affine<T>(x, rows, d, nullptr, inv.data(), store->p(gamma), store->p(beta), y);
 }
 
 template <class T>
 void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
-  std::vector<double> buf(d, 0.0), sum_dy(d, 0.0);  // buf: sum_S g xh
+  // Per-thread scratch reused across calls (no heap allocation once warm).
+  static thread_local std::vector<double> buf, sum_dy;  // buf: sum_S g xh
+  buf.assign(d, 0.0);
+  sum_dy.assign(d, 0.0);
   const T* gm = store->p(gamma);
   if (count > 0) {
     k::column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy.data(), buf.data());
