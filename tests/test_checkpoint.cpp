@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "lm_fixtures.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
@@ -14,17 +15,10 @@ namespace pn {
 namespace {
 
 Options ckpt_options(const std::string& dir) {
-  Options o;
-  o.tokens_per_sample = 16;
+  Options o = test::small_lm();
   o.decoder_layers = 1;
-  o.decoder_embed_dim = 16;
-  o.decoder_attention_heads = 2;
-  o.decoder_ffn_embed_dim = 32;
   o.dropout = 0.1;  // dropout masks must also resume identically
   o.max_tokens = 64;
-  o.validate_interval_updates = 0;
-  o.log_interval = 1000;
-  o.warmup_updates = 2;
   o.save_dir = dir;
   return o;
 }

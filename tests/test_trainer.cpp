@@ -7,6 +7,7 @@
 #include <fstream>
 #include <set>
 
+#include "lm_fixtures.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/schedule.h"
@@ -15,25 +16,15 @@
 namespace pn {
 namespace {
 
-Options tiny() {
-  Options o;
-  o.tokens_per_sample = 16;
+Options tiny() {  // one block, two heads: the cheapest LM that still attends
+  Options o = test::small_lm();
   o.decoder_layers = 1;
-  o.decoder_embed_dim = 32;
   o.decoder_attention_heads = 2;
-  o.decoder_ffn_embed_dim = 64;
-  o.dropout = 0.0;
-  o.validate_interval_updates = 0;
-  o.log_interval = 1000;
-  o.lr = 3e-3;
   o.warmup_updates = 5;
   return o;
 }
 
-const Corpus& builtin() {
-  static const Corpus c = builtin_corpus();
-  return c;
-}
+const Corpus& builtin() { return test::builtin(); }
 
 TEST(Trainer, LossFallsOnTheBuiltinCorpus) {
   FLAGS_minloglevel = 1;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../lm_fixtures.h"
 #include "mpi_env.h"
 #include "trainer/trainer.h"
 
@@ -15,26 +16,13 @@ namespace pn {
 namespace {
 
 Options base(const std::string& norm) {
-  Options o;
-  o.tokens_per_sample = 16;
-  o.decoder_layers = 2;
-  o.decoder_embed_dim = 32;
-  o.decoder_attention_heads = 4;
-  o.decoder_ffn_embed_dim = 64;
-  o.dropout = 0.0;
+  Options o = test::small_lm();
   o.max_update = 5;
-  o.warmup_updates = 2;
-  o.lr = 3e-3;
-  o.validate_interval_updates = 0;
-  o.log_interval = 1000;
   o.norm_self = o.norm_ff = o.norm_final = norm;
   return o;
 }
 
-const Corpus& corpus() {
-  static const Corpus c = builtin_corpus();
-  return c;
-}
+const Corpus& corpus() { return test::builtin(); }
 
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   double m = 0;

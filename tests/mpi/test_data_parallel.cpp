@@ -5,36 +5,19 @@
 
 #include <cmath>
 
+#include "../lm_fixtures.h"
 #include "mpi_env.h"
 #include "trainer/trainer.h"
 
 namespace pn {
 namespace {
 
-Options small_options() {
-  Options o;
-  o.tokens_per_sample = 16;
-  o.decoder_layers = 2;
-  o.decoder_embed_dim = 32;
-  o.decoder_attention_heads = 4;
-  o.decoder_ffn_embed_dim = 64;
-  o.dropout = 0.0;
-  o.max_update = 6;
-  o.warmup_updates = 2;
-  o.lr = 3e-3;
-  o.validate_interval_updates = 0;
-  o.log_interval = 1000;
-  return o;
-}
-
-const Corpus& corpus() {
-  static const Corpus c = builtin_corpus();
-  return c;
-}
+using test::small_lm;
+const Corpus& corpus() { return test::builtin(); }
 
 TEST(DataParallel, ParametersIdenticalOnEveryRank) {
   Communicator& w = test::world();
-  Options o = small_options();
+  Options o = small_lm();
   o.dropout = 0.1;  // dropout differs per rank; parameters must not
   o.max_tokens = 48;
   Trainer t(o, w, corpus());
@@ -58,7 +41,7 @@ TEST(DataParallel, ParametersIdenticalOnEveryRank) {
 void expect_matches_single_process(int max_tokens_per_rank, const std::string& norm = "layer",
                                    const std::string& single_norm = "") {
   Communicator& w = test::world();
-  Options o = small_options();
+  Options o = small_lm();
   o.max_tokens = max_tokens_per_rank;
   o.norm_self = o.norm_ff = o.norm_final = norm;
   Trainer multi(o, w, corpus());
@@ -110,7 +93,7 @@ TEST(DataParallel, SyncBatchAtRRanksEqualsBatchInOneProcess) {
 TEST(DataParallel, LocalBatchNormDependsOnTheSplit) {
   // Local BN normalises each rank's tokens by their own statistics: not the one-process run.
   Communicator& w = test::world();
-  Options o = small_options();
+  Options o = small_lm();
   o.max_tokens = 48;
   o.norm_self = o.norm_ff = o.norm_final = "batch";
   Trainer multi(o, w, corpus());
