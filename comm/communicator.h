@@ -27,6 +27,7 @@ struct Communicator {
   // until wait(). test() lets the reduction progress (MPI progresses only inside MPI calls).
   using Request = int;
   virtual Request iallreduce_sum(float* buf, size_t n) = 0;
+  virtual Request iallreduce_sum(double* buf, size_t n) = 0;
   virtual bool test(Request r) = 0;
   virtual void wait(Request r) = 0;
 

@@ -109,13 +109,15 @@ struct MpiCommunicator final : Communicator {
     collective_seconds += now_s() - t0;
   }
 
-  Request iallreduce_sum(float* buf, size_t n) override {
+  Request iallreduce_sum(float* buf, size_t n) override { return start(buf, n, MPI_FLOAT); }
+  Request iallreduce_sum(double* buf, size_t n) override { return start(buf, n, MPI_DOUBLE); }
+  Request start(void* buf, size_t n, MPI_Datatype type) {
     if (n > size_t(1) << 30) {  // beyond one MPI count: fall back to the blocking path
-      reduce(buf, n, MPI_FLOAT, MPI_SUM);
+      reduce(buf, n, type, MPI_SUM);
       return -1;
     }
     MPI_Request req;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), type, MPI_SUM, MPI_COMM_WORLD, &req),
               "MPI_Iallreduce");
     for (size_t i = 0; i < requests.size(); ++i)
       if (requests[i] == MPI_REQUEST_NULL) {
@@ -133,7 +135,7 @@ struct MpiCommunicator final : Communicator {
   }
   void wait(Request r) override {
     if (r < 0 || requests[r] == MPI_REQUEST_NULL) return;
-    complete(&requests[r], "a gradient all-reduce");
+    complete(&requests[r], "a non-blocking all-reduce");
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     const size_t chunk = size_t(1) << 30;

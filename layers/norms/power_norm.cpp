@@ -18,36 +18,45 @@ PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
+void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
+  count = buf[0];
+  if (count <= 0) return;  // empty statistics set: state unchanged
+  t += 1;
+  if (this->probe) {
+    std::vector<double> psi2_b(d);
+    for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
+    this->probe_values = {{"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
+  }
+  for (int c = 0; c < d; ++c) {
+    sum_x2[c] = buf[1 + c];
+    const double psi2_b = sum_x2[c] / count;
+    if (warm) inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
+    running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t
+                           : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+  }
+}
+
+template <class T>
 void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
   count = 0;
   if (training) {
-    // Per-thread scratch reused across calls (no heap allocation once warm).
-    static thread_local std::vector<double> buf;  // [count | sum x^2]
-    buf.assign(1 + size_t(d), 0.0);
-    k::column_stats<T>(x, mask, rows, d, nullptr, &buf[0], nullptr, &buf[1]);
-    reduce(buf.data(), buf.size());
-    count = buf[0];
-    if (count > 0) {
-      t += 1;
-      const bool warm = t <= double(warmup);
-      if (this->probe) {
-        std::vector<double> psi2_b(d);
-        for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
-        this->probe_values = {
-            {"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
-      }
-      for (int c = 0; c < d; ++c) {
-        sum_x2[c] = buf[1 + c];
-        const double psi2_b = sum_x2[c] / count;
-        inv_s[c] = 1.0 / std::sqrt((warm ? psi2_b : running_psi2[c]) + eps);
-        running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t
-                               : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
-      }
-      k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta),
-                          y);
-      return;
+    fwd_stats.assign(1 + size_t(d), 0.0);  // [count | sum x^2]
+    k::column_stats<T>(x, mask, rows, d, nullptr, &fwd_stats[0], nullptr, &fwd_stats[1]);
+    // This iteration is warm (s from the batch) only when t + 1 <= W.
+    const bool warm = t + 1 <= double(warmup);
+    if (!warm)  // psi^2 from before this iteration
+      for (int c = 0; c < d; ++c) inv_s[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+    if (comm && !warm) {
+      pending = comm->iallreduce_sum(fwd_stats.data(), fwd_stats.size());
+    } else {
+      reduce(fwd_stats.data(), fwd_stats.size());
+      absorb_statistics(fwd_stats.data(), warm);
+      if (count <= 0) goto inference;
     }
+    k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y);
+    return;
   }
+inference:
   static thread_local std::vector<double> inv;
   inv.resize(d);
   for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
@@ -56,6 +65,11 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 
 template <class T>
 void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+  if (pending >= 0) {  // sync_power after warmup: the forward's statistics arrive now
+    comm->wait(pending);
+    pending = -1;
+    absorb_statistics(fwd_stats.data(), /*warm=*/false);
+  }
   // Per-thread scratch reused across calls (no heap allocation once warm).
   static thread_local std::vector<double> buf, sum_dy;  // buf: sum_S g xh
   buf.assign(d, 0.0);

@@ -16,7 +16,9 @@
 // `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
 // (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
 // [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
-// rank), so the state is identical on every rank.
+// rank), so the state is identical on every rank. After warmup the forward's output needs only
+// the running psi^2, so its all-reduce is started non-blocking and completed at the backward;
+// the state reported after the iteration includes the reduced statistics either way.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -37,6 +39,10 @@ struct PowerNorm : Norm<T> {
   // Saved by the training forward for backward.
   std::vector<double> inv_s, sum_x2;
   double count = 0;
+  // sync_power after warmup: the forward's [count | sum x^2] all-reduce runs while the rest of
+  // the forward does (the output uses the running psi^2 only); backward completes it first.
+  std::vector<double> fwd_stats;
+  Communicator::Request pending = -1;
 
   PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
@@ -44,6 +50,8 @@ struct PowerNorm : Norm<T> {
   std::vector<StateTensor> state() override;
 
  protected:
+  // Takes this iteration's (reduced) [count | sum x^2]: t, psi^2 and the probe.
+  void absorb_statistics(const double* buf, bool warm);
   void reduce(double* buf, size_t n) {
     if (comm) comm->allreduce_sum(buf, n);
   }
