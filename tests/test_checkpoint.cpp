@@ -135,3 +135,33 @@ TEST(Checkpoint, KeepLastPrunesOlderCheckpoints) {
 
 }  // namespace
 }  // namespace pn
+
+namespace pn {
+namespace {
+
+TEST(Evaluation, PatienceStopsEarlyAndKeepsTheBestCheckpoint) {
+  FLAGS_minloglevel = 1;
+  auto comm = make_single_communicator();
+  TempDir d("pn_ckpt_f");
+  Options o = ckpt_options(d.path.string());
+  o.dropout = 0.0;
+  o.lr = 1e-12;  // nothing learns: after the first validation none improves
+  o.lr_scheduler = "fixed";
+  o.warmup_updates = 0;
+  o.max_update = 10;
+  o.validate_interval_updates = 1;
+  o.patience = 2;
+  Trainer t(o, *comm, corpus());
+  const TrainResult r = t.train();
+  EXPECT_EQ(r.updates, 3);  // best at 1, no gain at 2 and 3
+  EXPECT_TRUE(fs::exists(d.path / "checkpoint_best" / "DONE"));
+  EXPECT_TRUE(fs::exists(d.path / "checkpoint_3" / "DONE"));  // saved when stopping
+  Options best = o;
+  best.restore_file = (d.path / "checkpoint_best").string();
+  Trainer from_best(best, *comm, corpus());
+  EXPECT_TRUE(from_best.restored());
+  EXPECT_EQ(from_best.start_update(), 1);
+}
+
+}  // namespace
+}  // namespace pn

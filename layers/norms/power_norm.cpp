@@ -5,6 +5,7 @@
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
 #include "layers/norms/probe.h"
+#include "layers/norms/psi_backward.h"
 
 namespace pn {
 
@@ -70,23 +71,9 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     pending = -1;
     absorb_statistics(fwd_stats.data(), /*warm=*/false);
   }
-  // Per-thread scratch reused across calls (no heap allocation once warm).
-  static thread_local std::vector<double> buf, sum_dy;  // buf: sum_S g xh
-  buf.assign(d, 0.0);
-  sum_dy.assign(d, 0.0);
+  static thread_local std::vector<double> buf;  // sum_S g xh, over all ranks when synchronized
+  psi_backward_sums<T>(x, dy, mask, rows, d, inv_s, count > 0, *store, gamma, beta, comm, &buf);
   const T* gm = store->p(gamma);
-  if (count > 0) {
-    k::column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy.data(), buf.data());
-    T* dg = store->g(gamma);
-    T* db = store->g(beta);
-    for (int c = 0; c < d; ++c) {
-      const double dy_xh = buf[c] * inv_s[c];
-      dg[c] += T(dy_xh);
-      db[c] += T(sum_dy[c]);
-      buf[c] = double(gm[c]) * dy_xh;
-    }
-  }
-  reduce(buf.data(), buf.size());  // every rank joins, even with no rows
   if (count <= 0) {
     k::fill<T>(dx, size_t(rows) * d, T(0));
     return;

@@ -64,7 +64,12 @@ run 120 --max-update 4 --save-dir "$tmp/ckpt" --decoder-ffn-embed-dim 48
 if [ $rc -eq 0 ] || ! grep -q "pntrain: error: checkpoint .* is from another model shape .*fc1.weight" <<<"$out"; then
   fail "mismatched checkpoint: exit $rc"; echo "$out" | tail -5
 else echo "ok: mismatched checkpoint -> refused"; fi
-# ... and a corrupt one.
+# --eval-only reports valid and test perplexity of the last checkpoint.
+run 120 --eval-only --save-dir "$tmp/ckpt"
+if [ $rc -ne 0 ] || ! grep -qE "^eval \| update 2 \| valid loss [0-9.]+ ppl [0-9.]+ \| test loss" <<<"$out"; then
+  fail "--eval-only: exit $rc"; echo "$out" | tail -5
+else echo "ok: $(grep -m1 '^eval' <<<"$out")"; fi
+# ... and a corrupt checkpoint is refused.
 printf 'garbage' | dd of="$tmp/ckpt/checkpoint_2/rank1.bin" bs=1 seek=40 conv=notrunc 2>/dev/null
 run 120 --max-update 4 --save-dir "$tmp/ckpt"
 if [ $rc -eq 0 ] || ! grep -q "rank1.bin' is corrupt" <<<"$out"; then fail "corrupt checkpoint: exit $rc"; echo "$out" | tail -5

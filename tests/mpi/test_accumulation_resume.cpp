@@ -86,6 +86,40 @@ TEST(GradientAllReduce, BucketedOverlapEqualsOneAllReduceAfterTheBackward) {
   EXPECT_LT(max_diff, 1e-5);
 }
 
+TEST(Evaluation, RankLocalPowerStateEvaluatesWithRankZerosOrTheMean) {
+  FLAGS_minloglevel = 1;
+  Communicator& w = test::world();
+  Options o = base("power");
+  o.max_tokens = 48;
+  o.pn_warmup = 2;
+  Trainer t(o, w, corpus());
+  t.train();
+  auto state = [&] {
+    std::vector<double> s;
+    for (Norm<float>* n : t.model().norms())
+      for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
+    return s;
+  };
+  const std::vector<double> before = state();
+  const EvalResult rank0 = t.evaluate(corpus().valid);
+  EXPECT_EQ(state(), before);  // each rank keeps its own state
+  // The evaluation uses one state on every rank: the loss is rank 0's state's loss.
+  double got[2] = {rank0.nll, -rank0.nll};
+  w.allreduce_max(got, 2);
+  EXPECT_EQ(got[0], -got[1]);
+  Options om = o;
+  om.pn_eval_state = "mean";
+  om.max_update = 0;
+  Trainer tm(om, w, corpus());
+  for (size_t l = 0; l < tm.model().norms().size(); ++l) {  // give tm t's state
+    auto src = t.model().norms()[l]->state(), dst = tm.model().norms()[l]->state();
+    for (size_t k = 0; k < src.size(); ++k) std::copy(src[k].data, src[k].data + src[k].n, dst[k].data);
+  }
+  tm.model().params.data = t.model().params.data;
+  const EvalResult mean = tm.evaluate(corpus().valid);
+  EXPECT_NE(mean.nll, rank0.nll);  // the ranks' PN states differ, so their mean evaluates apart
+}
+
 TEST(Resume, PowerNormAtRRanksResumesExactly) {
   FLAGS_minloglevel = 1;
   Communicator& w = test::world();
