@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "layers/params.h"
+
 namespace pn::test {
 
 inline std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0, double mean = 0.0) {
@@ -17,6 +19,12 @@ inline std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0, do
   std::vector<double> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+// Perturbs the parameters of a store away from their init, so gamma != 1 and biases != 0.
+inline void randomize(ParamStore<double>& s, uint64_t seed) {
+  const std::vector<double> r = randn(s.data.size(), seed, 0.5);
+  for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {

@@ -17,11 +17,7 @@ using test::dot;
 using test::expect_gradient;
 using test::randn;
 
-// Perturbs the parameters of the store away from their init so gamma != 1, bias != 0.
-void randomize(ParamStore<double>& s, uint64_t seed) {
-  auto r = randn(s.data.size(), seed, 0.5);
-  for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
-}
+using test::randomize;
 
 TEST(Linear, GradientMatchesFiniteDifferences) {
   const int rows = 5, in = 7, out = 4;

@@ -18,10 +18,7 @@ using test::dot;
 using test::expect_gradient;
 using test::randn;
 
-void randomize(ParamStore<double>& s, uint64_t seed) {
-  auto r = randn(s.data.size(), seed, 0.5);
-  for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
-}
+using test::randomize;
 
 std::map<std::string, std::vector<double>> snapshot(Norm<double>& n) {
   std::map<std::string, std::vector<double>> m;
