@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""The batch-size ablation of the PowerNorm paper (Figure 5), run with pntrain.
+
+For every norm and every statistics mini-batch m (tokens), one pntrain run with
+    --norm NORM --max-tokens m/ranks --update-freq update_tokens/m
+so every cell makes the same update of update_tokens tokens from the same seed and data, for
+the same number of updates; only the mini-batch the norm's statistics see changes. Cells run one
+after the other (under mpirun when --ranks > 1). A cell whose metrics file already ends in its
+final validation line (and was run with the same command) is skipped, so an interrupted
+ablation resumes where it stopped.
+
+Writes OUT/<norm>_m<m>/{metrics.jsonl,train.log,cmd.txt}, OUT/ablation.csv and, when
+matplotlib is installed, OUT/ablation.png (valid perplexity over the mini-batch, one line per
+norm).
+
+Usage: ablate.py --pntrain BUILD/bin/pntrain [--quick|--full] [--norms layer,batch,power_v,power]
+                 [--mini-batches 512,1024,2048,4096] [--update-tokens 4096] [--ranks 1]
+                 [--out DIR] [-- extra pntrain flags]
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESETS = {
+    # name: (config, data directory or None to keep the config's)
+    "quick": (os.path.join(ROOT, "configs", "ablate_quick.ini"), None),
+    "full": (os.path.join(ROOT, "configs", "ablate_ptb.ini"),
+             os.path.join(ROOT, "..", "shared", "data", "ptb")),
+}
+CSV_FIELDS = ["norm", "mini_batch", "update_freq", "ranks", "valid_loss", "valid_ppl",
+              "tokens_per_s_median"]
+
+
+def die(msg):
+    print("ablate: error: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def int_list(text, what):
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        die("%s '%s' must be comma-separated integers" % (what, text))
+    if not vals or any(v <= 0 for v in vals):
+        die("%s '%s' must be positive integers" % (what, text))
+    return vals
+
+
+def read_ini(path):
+    """The key = value lines of a pntrain INI file (no sections)."""
+    vals = {}
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if "=" in line:
+                k, v = line.split("=", 1)
+                vals[k.strip()] = v.strip()
+    return vals
+
+
+def flag_value(extra, name, default):
+    """The last value of --name in the extra flags (both '--name V' and '--name=V'), else default."""
+    val = default
+    for i, a in enumerate(extra):
+        if a == "--" + name and i + 1 < len(extra):
+            val = extra[i + 1]
+        elif a.startswith("--" + name + "="):
+            val = a.split("=", 1)[1]
+    return val
+
+
+def mpirun_prefix(ranks):
+    if ranks <= 1:
+        return []
+    cmd = ["mpirun", "-np", str(ranks), "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if ranks > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")
+    return cmd
+
+
+def read_metrics(path):
+    updates, valids = [], []
+    if not os.path.exists(path):
+        return updates, valids
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue  # a line cut by an interrupted run
+            (valids if "valid_loss" in j else updates).append(j)
+    return updates, valids
+
+
+def finished(cell_dir, max_update, cmd_text):
+    """True when the cell's metrics end in the validation of update max_update and the cell was
+    run with the same command."""
+    _, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
+    if not valids or int(valids[-1].get("update", -1)) != max_update:
+        return False
+    try:
+        with open(os.path.join(cell_dir, "cmd.txt")) as f:
+            return f.read().strip() == cmd_text
+    except OSError:
+        return False
+
+
+def summarize(norm, m, uf, ranks, cell_dir):
+    updates, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
+    tps = [u["tokens_per_s"] for u in updates if isinstance(u.get("tokens_per_s"), (int, float))]
+    v = valids[-1] if valids else {}
+    return {
+        "norm": norm, "mini_batch": m, "update_freq": uf, "ranks": ranks,
+        "valid_loss": v.get("valid_loss", float("nan")),
+        "valid_ppl": v.get("valid_ppl", float("nan")),
+        "tokens_per_s_median": statistics.median(tps) if tps else float("nan"),
+    }
+
+
+def write_png(rows, path, title):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for norm in dict.fromkeys(r["norm"] for r in rows):
+        pts = sorted((r["mini_batch"], r["valid_ppl"]) for r in rows if r["norm"] == norm)
+        pts = [(x, y) for x, y in pts if isinstance(y, float) and math.isfinite(y)]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=norm)
+    ax.set_xscale("log", base=2)
+    xs = sorted({r["mini_batch"] for r in rows})
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(x) for x in xs])
+    ax.set_xlabel("statistics mini-batch (tokens)")
+    ax.set_ylabel("validation perplexity")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="norm")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main():
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pntrain", required=True, help="path of the built pntrain")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help="configs/ablate_quick.ini on the builtin corpus (default)")
+    g.add_argument("--full", dest="preset", action="store_const", const="full",
+                   help="configs/ablate_ptb.ini on ../shared/data/ptb")
+    p.add_argument("--config", help="INI file instead of the preset's")
+    p.add_argument("--data", help="data directory instead of the preset's")
+    p.add_argument("--norms", default="layer,batch,power_v,power")
+    p.add_argument("--mini-batches", default="512,1024,2048,4096")
+    p.add_argument("--update-tokens", type=int, default=4096)
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--out", default=None, help="output directory (default ablate_<preset>)")
+    a = p.parse_args(argv)
+
+    preset = a.preset or "quick"
+    config, data = PRESETS[preset]
+    config = os.path.abspath(a.config or config)
+    data = a.data or data
+    out = os.path.abspath(a.out or "ablate_" + preset)
+    norms = [n.strip() for n in a.norms.split(",") if n.strip()]
+    minis = int_list(a.mini_batches, "--mini-batches")
+    U, R = a.update_tokens, a.ranks
+    if not norms:
+        die("--norms is empty")
+    if U <= 0 or R <= 0:
+        die("--update-tokens and --ranks must be positive")
+    if not (os.path.isfile(a.pntrain) and os.access(a.pntrain, os.X_OK)):
+        die("no pntrain executable at '%s': build it first (launcher/pn build)" % a.pntrain)
+    if not os.path.isfile(config):
+        die("no config file '%s'" % config)
+    if data is not None and data != "builtin" and not os.path.isdir(data):
+        die("no data directory '%s'" % data)
+    if R > 1 and shutil.which("mpirun") is None:
+        die("--ranks %d needs mpirun (apt-get install openmpi-bin)" % R)
+
+    ini = read_ini(config)
+    tps = int(flag_value(extra, "tokens-per-sample", ini.get("tokens-per-sample", "512")))
+    max_update = int(flag_value(extra, "max-update", ini.get("max-update", "1000")))
+    vint = int(flag_value(extra, "validate-interval-updates",
+                          ini.get("validate-interval-updates", "200")))
+    if vint <= 0:
+        die("the ablation needs a validation: --validate-interval-updates must be positive")
+    for m in minis:
+        if U % m:
+            die("mini-batch %d does not divide --update-tokens %d" % (m, U))
+        if m % R:
+            die("mini-batch %d is not divisible by --ranks %d" % (m, R))
+        if (m // R) % tps:
+            die("mini-batch %d / %d ranks = %d tokens per rank is not a multiple of "
+                "tokens-per-sample %d" % (m, R, m // R, tps))
+    for k in ("norm", "max-tokens", "update-freq", "metrics"):
+        if flag_value(extra, k, None) is not None:
+            die("--%s is set by the ablation; do not pass it after --" % k)
+
+    os.makedirs(out, exist_ok=True)
+    cells = [(n, m) for n in norms for m in minis]
+    print("ablate: %d cells (%s x mini-batches %s), %d-token updates, %d rank(s), %d updates, "
+          "config %s, data %s -> %s" % (len(cells), ",".join(norms),
+                                        ",".join(map(str, minis)), U, R, max_update,
+                                        os.path.relpath(config), data or ini.get("data", "?"),
+                                        out), flush=True)
+    rows, failed = [], []
+    t_all = time.time()
+    for i, (norm, m) in enumerate(cells, 1):
+        uf = U // m
+        cell_dir = os.path.join(out, "%s_m%d" % (norm, m))
+        os.makedirs(cell_dir, exist_ok=True)
+        metrics = os.path.join(cell_dir, "metrics.jsonl")
+        args = ["--config", config]
+        if data is not None:
+            args += ["--data", data]
+        args += ["--norm", norm, "--max-tokens", str(m // R), "--update-freq", str(uf),
+                 "--metrics", metrics] + extra
+        cmd = mpirun_prefix(R) + [os.path.abspath(a.pntrain)] + args
+        cmd_text = " ".join(mpirun_prefix(R) + ["pntrain"] + args)
+        tag = "[%d/%d] norm %-8s mini-batch %5d (max-tokens %d x %d rank(s), update-freq %d)" % (
+            i, len(cells), norm, m, m // R, R, uf)
+        if finished(cell_dir, max_update, cmd_text):
+            row = summarize(norm, m, uf, R, cell_dir)
+            print("%s: done before, skipped: valid ppl %.3f" % (tag, row["valid_ppl"]), flush=True)
+            rows.append(row)
+            continue
+        print("%s: running ..." % tag, end="", flush=True)
+        with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
+            f.write(cmd_text + "\n")
+        t0 = time.time()
+        with open(os.path.join(cell_dir, "train.log"), "w") as log:
+            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        secs = time.time() - t0
+        row = summarize(norm, m, uf, R, cell_dir)
+        rows.append(row)
+        if rc != 0 or not finished(cell_dir, max_update, cmd_text):
+            failed.append((norm, m))
+            print(" FAILED (exit %d) after %.1fs; last lines of %s:" % (
+                rc, secs, os.path.join(cell_dir, "train.log")), flush=True)
+            with open(os.path.join(cell_dir, "train.log"), errors="replace") as f:
+                for line in f.readlines()[-5:]:
+                    print("    " + line.rstrip())
+        else:
+            print(" %.1fs: valid loss %.4f ppl %.3f, %.0f tok/s" % (
+                secs, row["valid_loss"], row["valid_ppl"], row["tokens_per_s_median"]), flush=True)
+
+    csv_path = os.path.join(out, "ablation.csv")
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("%.6g" % r[k] if isinstance(r[k], float) else r[k])
+                        for k in CSV_FIELDS})
+    print("ablate: %d cells in %.1fs; wrote %s" % (len(cells), time.time() - t_all, csv_path))
+    png = os.path.join(out, "ablation.png")
+    title = "valid ppl vs statistics mini-batch (%d-token updates, %d rank(s))" % (U, R)
+    if write_png(rows, png, title):
+        print("ablate: wrote %s" % png)
+    else:
+        print("ablate: matplotlib is missing, so %s was skipped; install it with "
+              "`apt-get install python3-matplotlib` and run the same command again "
+              "(finished cells are skipped)" % png)
+    if failed:
+        print("ablate: %d cell(s) failed: %s" % (len(failed), ", ".join(
+            "%s m=%d" % c for c in failed)), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Plots of pntrain --metrics files (JSONL), one line per file.
+
+Writes to OUT (default: the current directory):
+  loss.png        training loss over updates
+  valid_ppl.png   validation perplexity over updates
+  norm_stats.png  when the files hold "norm_stats" (pntrain --probe-norm-stats): one panel per
+                  statistic (dist_mean, dist_var, dist_psi2, g_mu, g_sigma2, g_psi2) over
+                  updates, one line per file and layer -- the analogues of Figures 2 to 4 of
+                  the PowerNorm paper (BN vs PN-V vs PN).
+
+Usage: plot.py METRICS.jsonl... [--out DIR]
+Lines are labelled by the file name, or by its folder name when the file is metrics.jsonl.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+STATS = ["dist_mean", "dist_var", "dist_psi2", "g_mu", "g_sigma2", "g_psi2"]
+TITLES = {
+    "dist_mean": "distance of batch mean to running mean",
+    "dist_var": "distance of batch variance to running variance",
+    "dist_psi2": "distance of batch psi^2 to running psi^2",
+    "g_mu": "gradient part through the mean (g_mu)",
+    "g_sigma2": "gradient part through the variance (g_sigma2)",
+    "g_psi2": "gradient part through psi^2 (g_psi2)",
+}
+
+
+def label_of(path, paths):
+    base = os.path.basename(path)
+    if base == "metrics.jsonl" or sum(os.path.basename(p) == base for p in paths) > 1:
+        parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        return parent + ("" if base == "metrics.jsonl" else "/" + base)
+    return os.path.splitext(base)[0]
+
+
+def load(path):
+    updates, valids = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j = json.loads(line)
+            except ValueError:
+                print("plot: %s:%d: not JSON, skipped" % (path, n), file=sys.stderr)
+                continue
+            (valids if "valid_loss" in j else updates).append(j)
+    return updates, valids
+
+
+def finite(v):
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("metrics", nargs="+", help="pntrain --metrics files")
+    p.add_argument("--out", default=".", help="output directory (default .)")
+    a = p.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot: matplotlib is missing: apt-get install python3-matplotlib", file=sys.stderr)
+        return 2
+    runs = []
+    for path in a.metrics:
+        if not os.path.isfile(path):
+            print("plot: no metrics file '%s'" % path, file=sys.stderr)
+            return 2
+        runs.append((label_of(path, a.metrics),) + load(path))
+    os.makedirs(a.out, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        path = os.path.join(a.out, name)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, ups, _ in runs:
+        pts = [(u["update"], u["loss"]) for u in ups if finite(u.get("loss"))]
+        if pts:
+            ax.plot(*zip(*pts), label=label, linewidth=1)
+    ax.set_xlabel("update")
+    ax.set_ylabel("training loss (nats/token)")
+    ax.set_title("training loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    save(fig, "loss.png")
+
+    if any(v for _, _, v in runs):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for label, _, vals in runs:
+            pts = [(v["update"], v["valid_ppl"]) for v in vals if finite(v.get("valid_ppl"))]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=label)
+        ax.set_xlabel("update")
+        ax.set_ylabel("validation perplexity")
+        ax.set_title("validation perplexity")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+        save(fig, "valid_ppl.png")
+    else:
+        print("plot: no validation lines; valid_ppl.png skipped")
+
+    # norm_stats: {layer: {stat: value}} per update line.
+    series = {}  # stat -> {(label, layer): [(update, value)]}
+    for label, ups, _ in runs:
+        for u in ups:
+            for layer, stats in (u.get("norm_stats") or {}).items():
+                for stat, v in stats.items():
+                    if finite(v):
+                        series.setdefault(stat, {}).setdefault((label, layer), []).append(
+                            (u["update"], v))
+    stats = [s for s in STATS if s in series] + sorted(s for s in series if s not in STATS)
+    if stats:
+        cols = min(3, len(stats))
+        rows = (len(stats) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
+        for k, stat in enumerate(stats):
+            ax = axes[k // cols][k % cols]
+            for (label, layer), pts in sorted(series[stat].items()):
+                ax.plot(*zip(*pts), label="%s %s" % (label, layer), linewidth=1)
+            ax.set_title(TITLES.get(stat, stat), fontsize="medium")
+            ax.set_xlabel("update")
+            ax.set_ylabel(stat)
+            if all(v > 0 for pts in series[stat].values() for _, v in pts):
+                ax.set_yscale("log")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize="x-small")
+        for k in range(len(stats), rows * cols):
+            axes[k // cols][k % cols].axis("off")
+        save(fig, "norm_stats.png")
+    else:
+        print("plot: no \"norm_stats\" in the files (run pntrain with --probe-norm-stats); "
+              "norm_stats.png skipped")
+    for path in written:
+        print("plot: wrote " + path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

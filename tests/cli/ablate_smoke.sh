@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Smoke test of the batch-size ablation (launcher/ablate.py): 2 norms x 2 mini-batches, a few
+# updates on the builtin corpus. The CSV has one row per cell with a finite perplexity and
+# update_freq = update_tokens / mini_batch; a second run skips every cell.
+# Usage: ablate_smoke.sh PNTRAIN
+set -u
+pntrain="$1"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ablate="$here/../../launcher/ablate.py"
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures+1)); }
+args=(--pntrain "$pntrain" --quick --norms layer,power --mini-batches 512,1024
+      --update-tokens 2048 --out "$tmp/ab" --
+      --max-update 4 --validate-interval-updates 4 --decoder-layers 1 --decoder-embed-dim 32
+      --decoder-ffn-embed-dim 64 --threads 1)
+
+out=$("$py" "$ablate" "${args[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "first run: exit $rc"
+csv="$tmp/ab/ablation.csv"
+if [ ! -f "$csv" ]; then fail "no $csv"; else
+  cat "$csv"
+  "$py" - "$csv" <<'PY' || fail "CSV check"
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ok = True
+if len(rows) != 4:
+    print("want 4 rows, got %d" % len(rows)); ok = False
+cells = {(r["norm"], int(r["mini_batch"])) for r in rows}
+if cells != {("layer", 512), ("layer", 1024), ("power", 512), ("power", 1024)}:
+    print("cells", sorted(cells)); ok = False
+for r in rows:
+    if not math.isfinite(float(r["valid_ppl"])):
+        print("ppl not finite:", r); ok = False
+    if int(r["update_freq"]) != 2048 // int(r["mini_batch"]):
+        print("update_freq != update_tokens/mini_batch:", r); ok = False
+    if int(r["ranks"]) != 1:
+        print("ranks:", r); ok = False
+sys.exit(0 if ok else 1)
+PY
+fi
+grep -q -- "--max-tokens 512 --update-freq 4" "$tmp/ab/layer_m512/cmd.txt" ||
+  fail "layer_m512 command: $(cat "$tmp/ab/layer_m512/cmd.txt")"
+
+out=$("$py" "$ablate" "${args[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "second run: exit $rc"
+skipped=$(grep -c "done before, skipped" <<<"$out")
+[ "$skipped" -eq 4 ] || fail "second run skipped $skipped of 4 cells"
+grep -q "running" <<<"$out" && fail "second run ran a cell again"
+
+# A mini-batch that does not divide the update is refused before anything runs.
+out=$("$py" "$ablate" --pntrain "$pntrain" --mini-batches 768 --out "$tmp/bad" 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q "does not divide --update-tokens" <<<"$out"; } ||
+  fail "mini-batch 768: exit $rc: $out"
+
+[ $failures -eq 0 ] && echo "ablate smoke: all passed"
+exit $((failures > 0))
