@@ -5,7 +5,7 @@
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
 #include "layers/norms/probe.h"
-#include "layers/norms/psi_backward.h"
+#include "layers/norms/psi_common.h"
 
 namespace pn {
 
@@ -52,16 +52,14 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
     } else {
       reduce(fwd_stats.data(), fwd_stats.size());
       absorb_statistics(fwd_stats.data(), warm);
-      if (count <= 0) goto inference;
     }
-    k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y);
-    return;
+    if (pending >= 0 || count > 0) {
+      k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta),
+                          y);
+      return;
+    }
   }
-inference:
-  static thread_local std::vector<double> inv;
-  inv.resize(d);
-  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
-  k::column_affine<T>(x, rows, d, nullptr, inv.data(), store->p(gamma), store->p(beta), y);
+  psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y);
 }
 
 template <class T>

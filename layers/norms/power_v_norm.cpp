@@ -5,7 +5,7 @@
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
 #include "layers/norms/probe.h"
-#include "layers/norms/psi_backward.h"
+#include "layers/norms/psi_common.h"
 
 namespace pn {
 
@@ -44,10 +44,7 @@ void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
       return;
     }
   }
-  static thread_local std::vector<double> inv;
-  inv.resize(d);
-  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
-  k::column_affine<T>(x, rows, d, nullptr, inv.data(), store->p(gamma), store->p(beta), y);
+  psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y);
 }
 
 template <class T>

@@ -1,8 +1,13 @@
-// The backward step PN-V and PN share (paper eqs. 6 and 12): with xh = x * inv_s, g = gamma*dy,
+// What PN-V and PN share.
+//
+// Inference (and training with an empty statistics set): y = gamma * x / sqrt(psi^2 + eps) + beta.
+//
+// The backward step (paper eqs. 6 and 12): with xh = x * inv_s, g = gamma*dy,
 // accumulate this rank's dgamma += sum_S dy*xh and dbeta += sum_S dy, and return in g_xh the
 // sum over the statistics batch (all ranks when comm is set) of g*xh. Every rank joins the
 // all-reduce, even with no rows.
 #pragma once
+#include <cmath>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -10,6 +15,15 @@
 #include "layers/params.h"
 
 namespace pn {
+
+template <class T>
+void psi_inference_forward(const T* x, int rows, int d, const std::vector<double>& running_psi2,
+                           double eps, const ParamStore<T>& store, int gamma, int beta, T* y) {
+  static thread_local std::vector<double> inv;  // per-thread scratch, no per-call allocation
+  inv.resize(d);
+  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+  k::column_affine<T>(x, rows, d, nullptr, inv.data(), store.p(gamma), store.p(beta), y);
+}
 
 template <class T>
 void psi_backward_sums(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
