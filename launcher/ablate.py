@@ -19,7 +19,6 @@ Usage: ablate.py --pntrain BUILD/bin/pntrain [--quick|--full] [--norms layer,bat
 """
 import argparse
 import csv
-import json
 import math
 import os
 import shutil
@@ -27,6 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from pn_metrics import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = {
@@ -86,23 +87,6 @@ def mpirun_prefix(ranks):
     if ranks > (os.cpu_count() or 1):
         cmd.append("--oversubscribe")
     return cmd
-
-
-def read_metrics(path):
-    updates, valids = [], []
-    if not os.path.exists(path):
-        return updates, valids
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                j = json.loads(line)
-            except ValueError:
-                continue  # a line cut by an interrupted run
-            (valids if "valid_loss" in j else updates).append(j)
-    return updates, valids
 
 
 def finished(cell_dir, max_update, cmd_text):

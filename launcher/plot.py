@@ -13,10 +13,11 @@ Usage: plot.py METRICS.jsonl... [--out DIR]
 Lines are labelled by the file name, or by its folder name when the file is metrics.jsonl.
 """
 import argparse
-import json
 import math
 import os
 import sys
+
+from pn_metrics import read_metrics
 
 STATS = ["dist_mean", "dist_var", "dist_psi2", "g_mu", "g_sigma2", "g_psi2"]
 TITLES = {
@@ -35,22 +36,6 @@ def label_of(path, paths):
         parent = os.path.basename(os.path.dirname(os.path.abspath(path)))
         return parent + ("" if base == "metrics.jsonl" else "/" + base)
     return os.path.splitext(base)[0]
-
-
-def load(path):
-    updates, valids = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                j = json.loads(line)
-            except ValueError:
-                print("plot: %s:%d: not JSON, skipped" % (path, n), file=sys.stderr)
-                continue
-            (valids if "valid_loss" in j else updates).append(j)
-    return updates, valids
 
 
 def finite(v):
@@ -76,7 +61,7 @@ def main():
         if not os.path.isfile(path):
             print("plot: no metrics file '%s'" % path, file=sys.stderr)
             return 2
-        runs.append((label_of(path, a.metrics),) + load(path))
+        runs.append((label_of(path, a.metrics),) + read_metrics(path, warn=True))
     os.makedirs(a.out, exist_ok=True)
     written = []
 

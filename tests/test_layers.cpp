@@ -132,35 +132,7 @@ TEST(FeedForward, GradientMatchesFiniteDifferences) {
   expect_gradient("dparams", s.data, dparam, loss);
 }
 
-TEST(LayerNorm, GradientMatchesFiniteDifferencesMaskedAndUnmasked) {
-  const int rows = 7, d = 6;
-  for (bool masked : {false, true}) {
-    ParamStore<double> s;
-    NormOptions o;
-    o.kind = "layer";
-    auto norm = make_norm<double>(o, d, s, "ln", nullptr);
-    s.allocate(19);
-    randomize(s, 20);
-    auto x = randn(size_t(rows) * d, 21, 2.0, 0.5), w = randn(size_t(rows) * d, 22);
-    std::vector<uint8_t> mask(rows, 1);
-    if (masked) mask[1] = mask[4] = 0;
-    // The loss only sees unmasked rows, as the LM's loss does.
-    std::vector<double> wm = w;
-    for (int r = 0; r < rows; ++r)
-      if (!mask[r])
-        for (int c = 0; c < d; ++c) wm[r * d + c] = 0;
-    std::vector<double> y(rows * d), dx(rows * d);
-    auto loss = [&] {
-      norm->forward(x.data(), mask.data(), rows, y.data(), true);
-      return dot(y, wm);
-    };
-    loss();
-    norm->backward(x.data(), w.data(), mask.data(), rows, dx.data());
-    expect_gradient(masked ? "dx masked" : "dx", x, dx, loss);
-    std::vector<double> dparam = s.grad;
-    expect_gradient(masked ? "dgamma,dbeta masked" : "dgamma,dbeta", s.data, dparam, loss);
-  }
-}
+// LayerNorm is checked with the other norms in test_norms.cpp (Norms.GradientsMatchFiniteDifferences).
 
 TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
   const int rows = 4, V = 7;

@@ -23,11 +23,8 @@ void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
   count = buf[0];
   if (count <= 0) return;  // empty statistics set: state unchanged
   t += 1;
-  if (this->probe) {
-    std::vector<double> psi2_b(d);
-    for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
-    this->probe_values = {{"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
-  }
+  if (this->probe)
+    this->probe_values = {{"dist_psi2", probe_psi2_distance(buf, running_psi2)}};
   for (int c = 0; c < d; ++c) {
     sum_x2[c] = buf[1 + c];
     const double psi2_b = sum_x2[c] / count;

@@ -28,12 +28,8 @@ void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
     reduce(buf.data(), buf.size());
     count = buf[0];
     if (count > 0) {
-      if (this->probe) {
-        std::vector<double> psi2_b(d);
-        for (int c = 0; c < d; ++c) psi2_b[c] = buf[1 + c] / count;
-        this->probe_values = {
-            {"dist_psi2", probe_distance(psi2_b.data(), running_psi2.data(), d)}};
-      }
+      if (this->probe)
+        this->probe_values = {{"dist_psi2", probe_psi2_distance(buf.data(), running_psi2)}};
       for (int c = 0; c < d; ++c) {
         const double psi2_b = buf[1 + c] / count;
         inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);

@@ -13,6 +13,14 @@ inline double probe_distance(const double* a, const double* b, int d) {
   return std::sqrt(s) / d;
 }
 
+// ||psi_B^2 - psi^2||_2 / d from the reduced [count | sum x^2] and the running psi^2.
+inline double probe_psi2_distance(const double* count_sum_x2, const std::vector<double>& psi2) {
+  const int d = int(psi2.size());
+  std::vector<double> psi2_b(d);
+  for (int c = 0; c < d; ++c) psi2_b[c] = count_sum_x2[1 + c] / count_sum_x2[0];
+  return probe_distance(psi2_b.data(), psi2.data(), d);
+}
+
 // RMS over the unmasked rows of || scale_c * coef_c * xh_ic ||_2, xh = (x - shift_c) * scale_c
 // (shift may be null): the norm of a gradient part of the form scale * coef * xh.
 template <class T>

@@ -1,0 +1,26 @@
+"""Reading pntrain --metrics files (JSONL), shared by ablate.py and plot.py."""
+import json
+import os
+import sys
+
+
+def read_metrics(path, warn=False):
+    """Returns (update lines, validation lines) of a metrics file; ([], []) when it is missing.
+    Lines that are not JSON (a line cut by an interrupted run) are skipped, with a message on
+    stderr when warn is set."""
+    updates, valids = [], []
+    if not os.path.exists(path):
+        return updates, valids
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                j = json.loads(line)
+            except ValueError:
+                if warn:
+                    print("%s:%d: not JSON, skipped" % (path, n), file=sys.stderr)
+                continue
+            (valids if "valid_loss" in j else updates).append(j)
+    return updates, valids
