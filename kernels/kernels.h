@@ -21,6 +21,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
 template <class T> void fill(T* x, size_t n, T value);
 template <class T> void copy(const T* x, size_t n, T* y);
 template <class T> void add_inplace(T* y, const T* x, size_t n);          // y += x
+template <class T> void add(const T* a, const T* b, size_t n, T* y);      // y = a + b
 template <class T> void scale_inplace(T* y, size_t n, T a);               // y *= a
 // y[r, c] += b[c] for every row; db[c] += sum_r dy[r, c]
 template <class T> void add_bias(T* y, const T* b, int rows, int cols);

@@ -60,8 +60,7 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
       k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
       k::dropout_apply<T>(b.attn_out.data(), b.keep_attn.data(), n, p);
     }
-    k::copy<T>(b.x.data(), n, b.mid.data());
-    k::add_inplace<T>(b.mid.data(), b.attn_out.data(), n);
+    k::add<T>(b.x.data(), b.attn_out.data(), n, b.mid.data());
     b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
     b.ff.forward(b.b.data(), rows, b.ff_out.data());
     if (drop) {
@@ -69,8 +68,7 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
       k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
       k::dropout_apply<T>(b.ff_out.data(), b.keep_ff.data(), n, p);
     }
-    k::copy<T>(b.mid.data(), n, next.data());
-    k::add_inplace<T>(next.data(), b.ff_out.data(), n);
+    k::add<T>(b.mid.data(), b.ff_out.data(), n, next.data());
   }
   f.resize(n);
   norm_final->forward(h_last.data(), mask, rows, f.data(), training);

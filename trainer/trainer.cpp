@@ -334,7 +334,10 @@ TrainResult Trainer::train() {
     const double ntok = sums[2];
     const double loss = sums[0] / ntok, nll = sums[1] / ntok;
     const double t_opt = now_s();
-    if (!std::isfinite(loss) || !k::all_finite(params.grad.data(), nparam)) {
+    // One pass gives both the NaN/Inf guard and the norm for clipping: a float gradient's
+    // squares cannot overflow a double, so the sum is finite exactly when every entry is.
+    const double grad_sumsq = k::sum_squares<float>(params.grad.data(), nparam);
+    if (!std::isfinite(loss) || !std::isfinite(grad_sumsq)) {
       // Skip: no parameter, optimizer or schedule change; give up after a run of them.
       ++bad_in_row;
       if (rank == 0)
@@ -353,7 +356,7 @@ TrainResult Trainer::train() {
     bad_in_row = 0;
     k::scale_inplace<float>(params.grad.data(), nparam, float(1.0 / ntok));
     if (opt_.clip_norm > 0) {
-      const double gnorm = std::sqrt(k::sum_squares<float>(params.grad.data(), nparam));
+      const double gnorm = std::sqrt(grad_sumsq) / ntok;  // of the normalised gradient
       if (gnorm > opt_.clip_norm)
         k::scale_inplace<float>(params.grad.data(), nparam, float(opt_.clip_norm / gnorm));
     }

@@ -18,6 +18,10 @@ template <class T> void add_inplace(T* y, const T* x, size_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }
+template <class T> void add(const T* a, const T* b, size_t n, T* y) {
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
 template <class T> void scale_inplace(T* y, size_t n, T a) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y[i] *= a;
@@ -124,6 +128,7 @@ template <class T> bool all_finite(const T* x, size_t n) {
   template void fill<T>(T*, size_t, T);                                                       \
   template void copy<T>(const T*, size_t, T*);                                                \
   template void add_inplace<T>(T*, const T*, size_t);                                         \
+  template void add<T>(const T*, const T*, size_t, T*);                                       \
   template void scale_inplace<T>(T*, size_t, T);                                              \
   template void add_bias<T>(T*, const T*, int, int);                                          \
   template void bias_grad<T>(const T*, int, int, T*);                                         \

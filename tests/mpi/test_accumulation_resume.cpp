@@ -167,7 +167,9 @@ TEST(Resume, PowerNormAtRRanksResumesExactly) {
   for (double& v : mean) v /= w.size();
   std::vector<double> ref = own;
   w.broadcast(ref.data(), ref.size() * sizeof(double), 0);
-  if (w.rank() == 1) EXPECT_NE(ref, mine);
+  if (w.rank() == 1) {
+    EXPECT_NE(ref, mine);
+  }
   auto single = make_single_communicator();
   Options one = o;
   one.max_tokens = 48 * w.size();

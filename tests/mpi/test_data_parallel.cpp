@@ -72,7 +72,9 @@ void expect_matches_single_process(int max_tokens_per_rank, const std::string& n
   EXPECT_LT(max_diff, 2 * o.lr) << norm;
   // Batch-type norms annihilate some gradient directions exactly (a bias feeding only a
   // mean-subtracting norm), where Adam amplifies rounding noise; there losses are the check.
-  if (norm == "layer") EXPECT_LT(double(far), 0.01 * double(a.size())) << norm;
+  if (norm == "layer") {
+    EXPECT_LT(double(far), 0.01 * double(a.size())) << norm;
+  }
 }
 
 TEST(DataParallel, EvenSharesReproduceOneProcess) {
