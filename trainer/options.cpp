@@ -57,7 +57,13 @@ po::options_description describe(Options& o) {
     ("pn-alpha-bkw", po::value(&o.pn_alpha_bkw)->default_value(o.pn_alpha_bkw),
      "PN backward momentum")
     ("pn-warmup", po::value(&o.pn_warmup)->default_value(o.pn_warmup),
-     "PN warmup iterations (-1: warmup-updates * update-freq)");
+     "PN warmup iterations (-1: warmup-updates * statistics batches per update)")
+    ("stats-batch-tokens",
+     po::value(&o.stats_batch_tokens)->default_value(o.stats_batch_tokens),
+     "ghost statistics: batch-type norms take their statistics (and update their running "
+     "state) over groups of this many tokens of a rank's micro-batch, as K-token gradient "
+     "accumulation would, in one large micro-batch (a multiple of --tokens-per-sample; "
+     "0: the whole micro-batch)");
 
   po::options_description optim("Optimisation");
   optim.add_options()
@@ -186,6 +192,14 @@ void validate_options(const Options& o) {
          "--tokens-per-sample " + std::to_string(o.tokens_per_sample) +
          "): raise --max-tokens or lower --tokens-per-sample");
   if (o.update_freq < 1) fail("--update-freq must be at least 1");
+  // Whole samples per group, whole groups per rank: every rank then runs the same number of
+  // groups, which synchronized norms need to meet in every collective.
+  if (o.stats_batch_tokens < 0 ||
+      (o.stats_batch_tokens > 0 && (o.stats_batch_tokens % o.tokens_per_sample != 0 ||
+                                    o.max_tokens % o.stats_batch_tokens != 0)))
+    fail("--stats-batch-tokens " + std::to_string(o.stats_batch_tokens) + " must be 0 or a " +
+         "multiple of --tokens-per-sample (" + std::to_string(o.tokens_per_sample) +
+         ") that divides --max-tokens (" + std::to_string(o.max_tokens) + ")");
   if (o.decoder_layers < 0 || o.decoder_embed_dim < 1 || o.decoder_ffn_embed_dim < 1)
     fail("model sizes must be positive");
   if (o.decoder_attention_heads < 1 || o.decoder_embed_dim % o.decoder_attention_heads)
@@ -218,8 +232,20 @@ NormOptions norm_options(const Options& o, const std::string& place) {
   n.alpha = o.norm_alpha;
   n.alpha_fwd = o.pn_alpha_fwd;
   n.alpha_bkw = o.pn_alpha_bkw;
-  n.warmup = o.pn_warmup >= 0 ? o.pn_warmup : int64_t(o.warmup_updates) * o.update_freq;
+  // PN's t counts statistics batches: the default warmup spans warmup_updates updates.
+  n.warmup = o.pn_warmup >= 0
+                 ? o.pn_warmup
+                 : int64_t(o.warmup_updates) * o.update_freq * stats_groups_per_micro_step(o);
+  if (o.stats_batch_tokens > 0) {
+    n.stats_rows = o.stats_batch_tokens;
+    n.stats_groups = stats_groups_per_micro_step(o);
+  }
   return n;
+}
+
+int stats_groups_per_micro_step(const Options& o) {
+  if (o.stats_batch_tokens <= 0) return 1;
+  return o.max_tokens / o.stats_batch_tokens;  // validate_options: it divides
 }
 
 }  // namespace pn

@@ -25,7 +25,8 @@ struct Options {
   int norm_groups = 0;  // 0: the number of attention heads
   int norm_prescale_groups = 0;
   double norm_eps = 1e-5, norm_alpha = 0.9, pn_alpha_fwd = 0.9, pn_alpha_bkw = 0.9;
-  int64_t pn_warmup = -1;  // -1: warmup_updates * update_freq
+  int64_t pn_warmup = -1;  // -1: warmup_updates * statistics batches per update
+  int stats_batch_tokens = 0;  // ghost statistics groups per rank (0: the whole micro-batch)
   // optimisation
   double lr = 5e-4, adam_eps = 1e-8, weight_decay = 0.0, clip_norm = 0.0;
   double adam_beta1 = 0.9, adam_beta2 = 0.98;
@@ -65,5 +66,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help);
 void validate_options(const Options& o);
 // Norm options of one place ("self", "ff" or "final") from the flat options.
 NormOptions norm_options(const Options& o, const std::string& kind);
+// Statistics batches of a batch-type norm per rank and micro-step: 1, or the ghost groups.
+int stats_groups_per_micro_step(const Options& o);
 
 }  // namespace pn

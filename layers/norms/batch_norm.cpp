@@ -102,6 +102,16 @@ std::vector<StateTensor> BatchNorm<T>::state() {
           {"running_var", running_var.data(), running_var.size()}};
 }
 
+template <class T>
+void BatchNorm<T>::save_forward(std::vector<double>* saved) {
+  pack_forward(saved, count, {&mean, &rstd});
+}
+
+template <class T>
+void BatchNorm<T>::load_forward(const std::vector<double>& saved) {
+  unpack_forward(saved, &count, {&mean, &rstd});
+}
+
 template struct BatchNorm<float>;
 template struct BatchNorm<double>;
 

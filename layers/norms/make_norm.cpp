@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "layers/norms/batch_norm.h"
+#include "layers/norms/ghost_stats.h"
 #include "layers/norms/group_norm.h"
 #include "layers/norms/layer_norm.h"
 #include "layers/norms/norm.h"
@@ -46,6 +47,8 @@ std::unique_ptr<Norm<T>> make_norm(const NormOptions& o, int d, ParamStore<T>& s
   if (o.kind == "sync_power")
     batch_type = std::make_unique<SyncPowerNorm<T>>(o, d, store, name, comm);
   if (batch_type) {
+    // Ghost groups inside pre-scaling: pre-scaling is per row, the statistics are per group.
+    if (o.stats_rows > 0) batch_type = std::make_unique<GhostStats<T>>(std::move(batch_type), o, d);
     if (o.prescale_groups > 0)
       return std::make_unique<Prescaled<T>>(std::move(batch_type), o, d, name);
     return batch_type;

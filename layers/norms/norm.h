@@ -7,7 +7,9 @@
 // backward must follow each training forward with the same x and mask. In inference, forward
 // uses the running state and changes nothing.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -28,6 +30,11 @@ struct NormOptions {
   double alpha_fwd = 0.9;    // PN
   double alpha_bkw = 0.9;    // PN
   int64_t warmup = 0;        // PN warmup iterations (training forward calls)
+  // Ghost statistics (ghost_stats.h): a training forward splits its rows into statistics
+  // groups of stats_rows rows (0: one group, the whole call), at least stats_groups of them
+  // (the same count on every rank, so synchronized norms meet in every collective).
+  int stats_rows = 0;
+  int stats_groups = 1;
 };
 
 // One named piece of running state, viewed as doubles owned by the layer.
@@ -47,6 +54,10 @@ struct Norm {
   virtual std::vector<StateTensor> state() { return {}; }
   // True when the layer all-reduces statistics (every rank must call forward/backward).
   virtual bool synchronized() const { return false; }
+  // What a training forward leaves for its backward, copied out and back in, so that ghost
+  // statistics can run several groups forward before their backwards (batch-type norms).
+  virtual void save_forward(std::vector<double>* saved) {}
+  virtual void load_forward(const std::vector<double>& saved) {}
 
   // Diagnostics of the paper's Figures 2 to 4 (--probe-norm-stats), batch-type norms only:
   // after a training micro-step, probe_values holds the distance between batch and running
@@ -58,6 +69,22 @@ struct Norm {
   // The layer whose statistics are probed (a wrapper such as pre-scaling returns its inner).
   virtual Norm<T>* probed() { return this; }
 };
+
+// save_forward/load_forward of the batch-type norms: a count and per-feature vectors, in order.
+inline void pack_forward(std::vector<double>* out, double count,
+                         std::initializer_list<const std::vector<double>*> vectors) {
+  out->assign(1, count);
+  for (const auto* v : vectors) out->insert(out->end(), v->begin(), v->end());
+}
+inline void unpack_forward(const std::vector<double>& in, double* count,
+                           std::initializer_list<std::vector<double>*> vectors) {
+  *count = in[0];
+  size_t at = 1;
+  for (auto* v : vectors) {
+    std::copy(in.begin() + at, in.begin() + at + v->size(), v->begin());
+    at += v->size();
+  }
+}
 
 const std::vector<std::string>& norm_kinds();
 bool is_norm_kind(const std::string& kind);

@@ -93,6 +93,22 @@ std::vector<StateTensor> PowerNorm<T>::state() {
           {"t", &t, 1}};
 }
 
+template <class T>
+void PowerNorm<T>::save_forward(std::vector<double>* saved) {
+  // The next group's forward needs this group's psi^2: a pending all-reduce completes now.
+  if (pending >= 0) {
+    comm->wait(pending);
+    pending = -1;
+    absorb_statistics(fwd_stats.data(), /*warm=*/false);
+  }
+  pack_forward(saved, count, {&inv_s, &sum_x2});
+}
+
+template <class T>
+void PowerNorm<T>::load_forward(const std::vector<double>& saved) {
+  unpack_forward(saved, &count, {&inv_s, &sum_x2});
+}
+
 template struct PowerNorm<float>;
 template struct PowerNorm<double>;
 

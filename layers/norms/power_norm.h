@@ -48,6 +48,8 @@ struct PowerNorm : Norm<T> {
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
+  void save_forward(std::vector<double>* saved) override;
+  void load_forward(const std::vector<double>& saved) override;
 
  protected:
   // Takes this iteration's (reduced) [count | sum x^2]: t, psi^2 and the probe.

@@ -65,6 +65,16 @@ std::vector<StateTensor> PowerVNorm<T>::state() {
   return {{"running_psi2", running_psi2.data(), running_psi2.size()}};
 }
 
+template <class T>
+void PowerVNorm<T>::save_forward(std::vector<double>* saved) {
+  pack_forward(saved, count, {&inv_s});
+}
+
+template <class T>
+void PowerVNorm<T>::load_forward(const std::vector<double>& saved) {
+  unpack_forward(saved, &count, {&inv_s});
+}
+
 template struct PowerVNorm<float>;
 template struct PowerVNorm<double>;
 

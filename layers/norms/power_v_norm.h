@@ -30,6 +30,8 @@ struct PowerVNorm : Norm<T> {
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
+  void save_forward(std::vector<double>* saved) override;
+  void load_forward(const std::vector<double>& saved) override;
 
  protected:
   void reduce(double* buf, size_t n) {
