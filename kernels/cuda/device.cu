@@ -1,13 +1,98 @@
-// CUDA device discovery. The CUDA twins of kernels/cpu land here (issue 6); until then the
-// CUDA build only reports the visible devices and every kernel runs on the CPU path.
-#include <cuda_runtime.h>
+// CUDA device discovery, error reporting, the scratch pool and cuBLAS GEMMs.
+//
+// Row-major GEMM through column-major cuBLAS: a row-major C[M,N] is the column-major C^T[N,M],
+// and C^T = op(B)^T op(A)^T, so C = op(A) op(B) is cuBLAS's (op_b, op_a, N, M, K) on (B, A).
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
 
 namespace pn::cuda {
 
 int device_count() {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" error
+    return 0;
+  }
   return n;
+}
+
+void fail(const char* lib, const char* call, const char* detail, const char* file, int line) {
+  char msg[1024];
+  std::snprintf(msg, sizeof msg, "%s error: %s at %s:%d: %s", lib, call, file, line, detail);
+  throw std::runtime_error(msg);
+}
+
+const char* cublas_status_string(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized (no device or no driver?)";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value (a size or leading dimension)";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "unknown cuBLAS status";
+  }
+}
+
+// ---- scratch pool ---------------------------------------------------------------------------
+void* cuda_scratch(int slot, size_t bytes) {
+  struct Pool {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  static Pool pools[kSlotCount];
+  Pool& p = pools[slot];
+  if (bytes <= p.bytes) return p.ptr;
+  // Grow by at least half again, so a slowly growing shape does not resynchronise each step.
+  const size_t want = bytes > p.bytes + p.bytes / 2 ? bytes : p.bytes + p.bytes / 2;
+  if (p.ptr) {
+    CUDA_CHECK(cudaDeviceSynchronize());  // kernels queued earlier may still read it
+    CUDA_CHECK(cudaFree(p.ptr));
+  }
+  CUDA_CHECK(cudaMalloc(&p.ptr, want));
+  p.bytes = want;
+  return p.ptr;
+}
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+Blas::Blas(cudaStream_t s, bool allow_tf32) : stream(s), tf32(allow_tf32) {
+  CUBLAS_CHECK(cublasCreate(&handle));
+  CUBLAS_CHECK(cublasSetStream(handle, s));
+}
+Blas::~Blas() {
+  if (handle) cublasDestroy(handle);
+}
+
+namespace {
+cublasOperation_t op(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasComputeType_t compute(const Blas& b) {
+  return b.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+}  // namespace
+
+void gemm(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+          const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                            CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute(b),
+                            CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm_strided_batched(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha,
+                          const float* A, int lda, long long sa, const float* B, int ldb,
+                          long long sb, float beta, float* C, int ldc, long long sc, int batch) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B,
+                                          CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C,
+                                          CUDA_R_32F, ldc, sc, batch, compute(b),
+                                          CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace pn::cuda

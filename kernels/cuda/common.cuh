@@ -1,0 +1,151 @@
+// What the .cu files of kernels/cuda share: launch helpers, warp and block reductions in a fixed
+// order, the grow-only scratch pool and the two-level column reduction of the norm kernels.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace pn::cuda {
+
+constexpr int kThreads = 256;  // threads per block of the element-wise kernels
+
+inline unsigned blocks_for(size_t n, int threads = kThreads) {
+  size_t b = (n + threads - 1) / threads;
+  return unsigned(b < 65535u * 32u ? b : 65535u * 32u);  // kernels grid-stride beyond this
+}
+#define PN_LAUNCHED() CUDA_CHECK(cudaGetLastError())
+
+// Scratch device memory, grow-only, one pool per slot (a call may hold several slots at once).
+// Growing synchronises the device so that memory still in use by queued kernels is never freed.
+void* cuda_scratch(int slot, size_t bytes);
+template <class T>
+T* scratch_as(int slot, size_t count) {
+  return static_cast<T*>(cuda_scratch(slot, count * sizeof(T)));
+}
+enum ScratchSlot { kSlotPartials = 0, kSlotCoeffs = 1, kSlotRows = 2, kSlotCount = 3 };
+
+__device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
+
+// Butterfly sum over the 32 lanes of a warp: every lane ends with the same value, and the
+// order of additions is fixed (deterministic).
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of kThreads threads (warp sums, then the warp sums in warp order). Every
+// thread gets the result. Uses `shared` of kThreads/32 entries; callable repeatedly.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* shared) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  T s = 0;
+  for (int w = 0; w < int(blockDim.x >> 5); ++w) s += shared[w];
+  return s;
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  v = warp_max(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float m = shared[0];
+  for (int w = 1; w < int(blockDim.x >> 5); ++w) m = fmaxf(m, shared[w]);
+  return m;
+}
+
+// ---- two-level column reduction (batch-type statistics and parameter gradients) -------------
+// Level 1: block (tile of 32 columns, chunk of kColRowChunk rows): thread (tx, ty) sums rows
+// ty, ty+8, ... of the chunk for column tile*32+tx in double, then the 8 row lanes are added in
+// lane order into part[(chunk*2 + k)*d + c] for the two sums k = 0, 1.
+// Level 2: each column adds its chunk partials in chunk order.
+// Op(r, c, &v0, &v1) gives the two values of row r, column c; only live rows are visited.
+constexpr int kColTile = 32, kColLanes = 8, kColRowChunk = 256;
+
+inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowChunk; }
+
+template <class Op>
+__global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d,
+                                       double* part) {
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * kColTile + tx;
+  const int ch = blockIdx.y;
+  const int r0 = ch * kColRowChunk;
+  const int r1 = min(rows, r0 + kColRowChunk);
+  double s0 = 0, s1 = 0;
+  if (c < d)
+    for (int r = r0 + ty; r < r1; r += kColLanes)
+      if (live(mask, r)) {
+        double v0, v1;
+        op(r, c, v0, v1);
+        s0 += v0;
+        s1 += v1;
+      }
+  __shared__ double sh[2][kColLanes][kColTile];
+  sh[0][ty][tx] = s0;
+  sh[1][ty][tx] = s1;
+  __syncthreads();
+  if (ty < 2 && c < d) {
+    double acc = 0;
+#pragma unroll
+    for (int l = 0; l < kColLanes; ++l) acc += sh[ty][l][tx];
+    part[(size_t(ch) * 2 + ty) * d + c] = acc;
+  }
+}
+
+// dst0[c] (=|+=) sum over chunks of part[.., 0, c], dst1 likewise (either may be null).
+// Dst is double (overwritten: statistics) or float (accumulated as T(double(dst) + sum), the
+// CPU kernels' rule for parameter gradients).
+__device__ __forceinline__ void store_sum(double* dst, double v) { *dst = v; }
+__device__ __forceinline__ void store_sum(float* dst, double v) { *dst = float(double(*dst) + v); }
+
+template <class Dst>
+__global__ void column_combine_kernel(const double* part, int nch, int d, Dst* dst0, Dst* dst1) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  double a0 = 0, a1 = 0;
+  for (int ch = 0; ch < nch; ++ch) {
+    a0 += part[(size_t(ch) * 2) * d + c];
+    a1 += part[(size_t(ch) * 2 + 1) * d + c];
+  }
+  if (dst0) store_sum(dst0 + c, a0);
+  if (dst1) store_sum(dst1 + c, a1);
+}
+
+// Both levels on stream s. With rows == 0 the double destinations become 0 and the float ones
+// stay as they are.
+template <class Op, class Dst>
+void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0, Dst* dst1,
+                   cudaStream_t s) {
+  if (d <= 0) return;
+  const int nch = column_chunks(rows);
+  double* part = nullptr;
+  if (nch > 0) {
+    part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d);
+    const dim3 grid((d + kColTile - 1) / kColTile, nch), block(kColTile, kColLanes);
+    column_partials_kernel<<<grid, block, 0, s>>>(op, mask, rows, d, part);
+    PN_LAUNCHED();
+  }
+  column_combine_kernel<<<(d + kThreads - 1) / kThreads, kThreads, 0, s>>>(part, nch, d, dst0,
+                                                                           dst1);
+  PN_LAUNCHED();
+}
+
+}  // namespace pn::cuda

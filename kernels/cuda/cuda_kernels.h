@@ -1,0 +1,127 @@
+// The CUDA twins of kernels/kernels.h and kernels/norm_kernels.h (issue 6).
+//
+// Same operations, same argument order and the same math as the CPU kernels, in float, on raw
+// device pointers, each enqueued on the stream given last (or on the Blas context's stream).
+// Every pointer argument is device memory, including the double statistics of the norm kernels
+// (count, sums, shift, scale) and the results of the reductions, so a layer can keep its whole
+// step on the device without a host synchronisation. Functions whose name ends in _host copy a
+// device result back and therefore synchronise the stream.
+//
+// Determinism: no float atomics. Column statistics are two-level reductions over a partition
+// fixed by the shape alone (blocks of kRowChunk rows, then the blocks summed in block order, in
+// double), row statistics are warp reductions in double, so every result is bitwise repeatable
+// run to run and independent of the GPU model. They match the CPU kernels to float rounding
+// (same formulas, different summation order); the dropout mask matches bit for bit.
+//
+// Scratch: kernels that need temporary device memory take it from a grow-only pool owned by this
+// library (cuda_scratch in common.cuh); growing it synchronises the device once, so after the
+// first steps no call allocates. One host thread per process issues these kernels.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace pn::cuda {
+
+int device_count();  // 0 when no GPU is visible (or no driver)
+
+// ---- BLAS -----------------------------------------------------------------------------------
+// A cuBLAS handle bound to one stream. tf32: let float GEMMs use TF32 tensor cores
+// (CUBLAS_COMPUTE_32F_FAST_TF32, about 10 bits of mantissa in the products); off: plain float.
+struct Blas {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  bool tf32 = false;
+  explicit Blas(cudaStream_t s, bool allow_tf32 = false);
+  ~Blas();
+  Blas(const Blas&) = delete;
+  Blas& operator=(const Blas&) = delete;
+};
+// C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C, row-major, as k::gemm.
+void gemm(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+          int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// batch independent GEMMs, operand i at A + i*stride_a (and so on).
+void gemm_strided_batched(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                          const float* A, int lda, long long stride_a, const float* B, int ldb,
+                          long long stride_b, float beta, float* C, int ldc, long long stride_c,
+                          int batch);
+
+// ---- element-wise ---------------------------------------------------------------------------
+void fill(float* x, size_t n, float value, cudaStream_t s);
+void copy(const float* x, size_t n, float* y, cudaStream_t s);
+void add_inplace(float* y, const float* x, size_t n, cudaStream_t s);        // y += x
+void add(const float* a, const float* b, size_t n, float* y, cudaStream_t s);  // residual
+void scale_inplace(float* y, size_t n, float a, cudaStream_t s);
+void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s);
+void bias_grad(const float* dy, int rows, int cols, float* db, cudaStream_t s);  // db += sum_r dy
+void relu_forward(const float* x, size_t n, float* y, cudaStream_t s);
+void relu_backward(const float* y, const float* dy, size_t n, float* dx, cudaStream_t s);
+// keep[i] = splitmix64(splitmix64(seed) ^ i*K) >= p*2^64: the CPU kernel's mask, bit for bit.
+void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep, cudaStream_t s);
+void dropout_apply(float* x, const uint8_t* keep, size_t n, float p, cudaStream_t s);
+
+// ---- embedding ------------------------------------------------------------------------------
+void sinusoidal_positions(int max_len, int d, float* table, cudaStream_t s);
+void embedding_forward(const int32_t* tok, int rows, int seq_len, const float* E, const float* P,
+                       int d, float scale, float* y, cudaStream_t s);
+// dE[tok[i]] += scale * dy[i], rows in order per column (deterministic, no atomics).
+void embedding_backward(const int32_t* tok, int rows, const float* dy, int d, float scale,
+                        float* dE, cudaStream_t s);
+
+// ---- causal multi-head attention (layouts as k::attention_*) --------------------------------
+void attention_forward(Blas& b, const float* qkv, int nseq, int seq_len, int d, int heads,
+                       float* probs, float* ctx);
+void attention_backward(Blas& b, const float* qkv, const float* probs, const float* dctx, int nseq,
+                        int seq_len, int d, int heads, float* dqkv, float* scratch);
+
+// ---- LayerNorm (group norm with one group) --------------------------------------------------
+void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
+                       float eps, float* y, float* mean, float* rstd, cudaStream_t s);
+void layernorm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
+                        const float* gamma, const uint8_t* mask, int rows, int d, float* dx,
+                        float* dgamma, float* dbeta, cudaStream_t s);
+
+// ---- loss -----------------------------------------------------------------------------------
+// As k::softmax_xent; the sums (loss, nll, ntokens) are written to sums[0..2] on the device.
+void softmax_xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
+                  float label_smoothing, float grad_scale, double* sums, cudaStream_t s);
+void softmax_xent_eval(const float* logits, const int32_t* target, const uint8_t* mask, int rows,
+                       int V, float label_smoothing, double* sums, cudaStream_t s);
+k::LossSums loss_sums_host(const double* sums, cudaStream_t s);  // synchronises s
+
+// ---- optimizer ------------------------------------------------------------------------------
+void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                 float beta2, float eps, float weight_decay, int64_t t, cudaStream_t s);
+
+// ---- reductions (result on the device; _host variants synchronise) --------------------------
+void sum_squares(const float* x, size_t n, double* out, cudaStream_t s);
+void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s);
+double sum_squares_host(const float* x, size_t n, cudaStream_t s);
+bool all_finite_host(const float* x, size_t n, cudaStream_t s);
+
+// ---- normalization family (as kernels/norm_kernels.h; every pointer on the device) ----------
+void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
+                  double* count, double* sum, double* sumsq, cudaStream_t s);
+void column_dot(const float* a, const float* b, const uint8_t* mask, int rows, int d,
+                const double* shift, double* sum_a, double* sum_ab, cudaStream_t s);
+void column_affine(const float* x, int rows, int d, const double* shift, const double* scale,
+                   const float* gamma, const float* beta, float* y, cudaStream_t s);
+void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
+                          const double* shift, const double* scale, const float* gamma,
+                          const double* a, const double* b, float* dx, cudaStream_t s);
+void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
+                          float* y, float* rinv, cudaStream_t s);
+void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, const float* gamma,
+                           const uint8_t* mask, int rows, int d, int G, float* dx, float* dgamma,
+                           cudaStream_t s);
+void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
+                           const float* beta, float* y, float* mean, float* rstd, cudaStream_t s);
+void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
+                            const float* gamma, const uint8_t* mask, int rows, int d, int G,
+                            float* dx, float* dgamma, float* dbeta, cudaStream_t s);
+
+}  // namespace pn::cuda

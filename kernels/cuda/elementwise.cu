@@ -1,0 +1,216 @@
+// Element-wise kernels, embedding, dropout, Adam and the whole-buffer reductions on the GPU.
+// Each is one grid-stride loop over the elements; the math is the CPU kernel's (kernels/cpu/
+// elementwise.cpp, adam.cpp), written with __fmul_rn/__fadd_rn where the CPU result is two
+// separately rounded operations, so that nvcc's FMA contraction does not change the rounding.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace pn::cuda {
+namespace {
+
+#define PN_GRID_STRIDE(i, n) \
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+
+// A grid-stride loop applying f(i) to every index: the kernels below are one-line lambdas.
+template <class F>
+__global__ void for_each_kernel(size_t n, F f) {
+  PN_GRID_STRIDE(i, n) f(i);
+}
+template <class F>
+void for_each(size_t n, cudaStream_t s, F f) {
+  if (n == 0) return;
+  for_each_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, f);
+  PN_LAUNCHED();
+}
+
+// splitmix64, as kernels/cpu/elementwise.cpp: mask bit i depends only on (seed, i).
+__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// ---- whole-buffer reductions: two levels over a partition fixed by n --------------------------
+// Level 1: block b sums elements [b*chunk, (b+1)*chunk) (threads strided, in double), then the
+// block sum in fixed order; level 2: one block adds the block sums in fixed order.
+constexpr int kReduceBlocks = 1024;
+
+template <class Load>
+__global__ void range_partials_kernel(size_t n, size_t chunk, Load load, double* part) {
+  __shared__ double sh[kThreads / 32];
+  const size_t lo = blockIdx.x * chunk;
+  const size_t hi = lo + chunk < n ? lo + chunk : n;
+  double acc = 0;
+  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) acc += load(i);
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+__global__ void sum_partials_kernel(const double* part, int nblocks, double* out) {
+  __shared__ double sh[kThreads / 32];
+  double acc = 0;
+  for (int i = threadIdx.x; i < nblocks; i += blockDim.x) acc += part[i];
+  acc = block_sum(acc, sh);
+  if (threadIdx.x == 0) *out = acc;
+}
+template <class Load>
+void range_sum(size_t n, Load load, double* out, cudaStream_t s) {
+  const size_t per = size_t(kThreads) * 8;  // at least 8 elements per thread
+  size_t nb = (n + per - 1) / per;
+  if (nb > kReduceBlocks) nb = kReduceBlocks;
+  if (nb == 0) nb = 1;
+  const size_t chunk = (n + nb - 1) / nb;
+  double* part = scratch_as<double>(kSlotRows, nb);
+  range_partials_kernel<<<unsigned(nb), kThreads, 0, s>>>(n, chunk, load, part);
+  PN_LAUNCHED();
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(part, int(nb), out);
+  PN_LAUNCHED();
+}
+
+}  // namespace
+
+void fill(float* x, size_t n, float value, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { x[i] = value; });
+}
+void copy(const float* x, size_t n, float* y, cudaStream_t s) {
+  if (n) CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+void add_inplace(float* y, const float* x, size_t n, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] += x[i]; });
+}
+void add(const float* a, const float* b, size_t n, float* y, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] = a[i] + b[i]; });
+}
+void scale_inplace(float* y, size_t n, float a, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] *= a; });
+}
+void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s) {
+  for_each(size_t(rows) * cols, s, [=] __device__(size_t i) { y[i] += b[i % cols]; });
+}
+
+namespace {
+struct BiasGradOp {  // v0 = dy[r, c]
+  const float* dy;
+  int d;
+  __device__ void operator()(int r, int c, double& v0, double& v1) const {
+    v0 = double(dy[size_t(r) * d + c]);
+    v1 = 0;
+  }
+};
+}  // namespace
+void bias_grad(const float* dy, int rows, int cols, float* db, cudaStream_t s) {
+  column_reduce(BiasGradOp{dy, cols}, nullptr, rows, cols, db, static_cast<float*>(nullptr), s);
+}
+
+void relu_forward(const float* x, size_t n, float* y, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] = x[i] > 0.f ? x[i] : 0.f; });
+}
+void relu_backward(const float* y, const float* dy, size_t n, float* dx, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { dx[i] = y[i] > 0.f ? dy[i] : 0.f; });
+}
+
+void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep, cudaStream_t s) {
+  // The threshold and the seed's first round are computed on the host exactly as on the CPU.
+  const uint64_t threshold = uint64_t(double(p) * 18446744073709551616.0);
+  const uint64_t base = splitmix64(seed);
+  for_each(n, s, [=] __device__(size_t i) {
+    keep[i] = splitmix64(base ^ (uint64_t(i) * 0xD6E8FEB86659FD93ull)) >= threshold;
+  });
+}
+void dropout_apply(float* x, const uint8_t* keep, size_t n, float p, cudaStream_t s) {
+  const float k = 1.0f / (1.0f - p);
+  for_each(n, s, [=] __device__(size_t i) { x[i] = keep[i] ? x[i] * k : 0.f; });
+}
+
+// table[p, i] = sin(p w_i), table[p, half + i] = cos(p w_i), w_i = exp(-i ln(10000)/(half-1)),
+// computed in double as on the CPU; an odd d leaves its last column 0.
+void sinusoidal_positions(int max_len, int d, float* table, cudaStream_t s) {
+  const int half = d / 2;
+  const double step = half > 1 ? std::log(10000.0) / (half - 1) : 0.0;
+  for_each(size_t(max_len) * d, s, [=] __device__(size_t idx) {
+    const int p = int(idx / d), c = int(idx % d);
+    if (c >= 2 * half) {
+      table[idx] = 0.f;
+      return;
+    }
+    const int i = c < half ? c : c - half;
+    const double w = exp(-step * i);
+    table[idx] = float(c < half ? sin(p * w) : cos(p * w));
+  });
+}
+
+// y[i, c] = scale E[tok[i], c] + P[i mod seq_len, c]
+void embedding_forward(const int32_t* tok, int rows, int seq_len, const float* E, const float* P,
+                       int d, float scale, float* y, cudaStream_t s) {
+  for_each(size_t(rows) * d, s, [=] __device__(size_t idx) {
+    const size_t i = idx / d, c = idx % d;
+    y[idx] = __fadd_rn(__fmul_rn(scale, E[size_t(tok[i]) * d + c]), P[(i % seq_len) * d + c]);
+  });
+}
+
+// dE[tok[i], c] += scale dy[i, c]: one thread per column walks the rows in order, so repeated
+// tokens add up in the CPU kernel's order with no atomics (parallel over d only; it is a small
+// cost beside the output projection's GEMM).
+namespace {
+__global__ void embedding_backward_kernel(const int32_t* tok, int rows, const float* dy, int d,
+                                          float scale, float* dE) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= d) return;
+  for (int i = 0; i < rows; ++i) {
+    float* e = dE + size_t(tok[i]) * d + c;
+    *e = __fadd_rn(*e, __fmul_rn(scale, dy[size_t(i) * d + c]));
+  }
+}
+}  // namespace
+void embedding_backward(const int32_t* tok, int rows, const float* dy, int d, float scale,
+                        float* dE, cudaStream_t s) {
+  if (rows == 0 || d == 0) return;
+  embedding_backward_kernel<<<(d + 127) / 128, 128, 0, s>>>(tok, rows, dy, d, scale, dE);
+  PN_LAUNCHED();
+}
+
+// Adam, as kernels/cpu/adam.cpp:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps) + lr wd p
+void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
+                 float beta2, float eps, float weight_decay, int64_t t, cudaStream_t s) {
+  const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
+  const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
+  const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  const float decay = lr * weight_decay;
+  for_each(n, s, [=] __device__(size_t i) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps) + decay * p[i];
+  });
+}
+
+void sum_squares(const float* x, size_t n, double* out, cudaStream_t s) {
+  range_sum(n, [=] __device__(size_t i) { return double(x[i]) * double(x[i]); }, out, s);
+}
+void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s) {
+  range_sum(n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s);
+}
+double sum_squares_host(const float* x, size_t n, cudaStream_t s) {
+  double* d_out = scratch_as<double>(kSlotCoeffs, 1);
+  sum_squares(x, n, d_out, s);
+  double h = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return h;
+}
+bool all_finite_host(const float* x, size_t n, cudaStream_t s) {
+  double* d_out = scratch_as<double>(kSlotCoeffs, 1);
+  count_nonfinite(x, n, d_out, s);
+  double h = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return h == 0;
+}
+
+}  // namespace pn::cuda

@@ -1,0 +1,105 @@
+// Label-smoothed cross-entropy fused with the output softmax, one block per row of logits
+// (the formula of kernels/cpu/loss.cpp, fairseq's definition):
+//   lp = log_softmax(z);  nll = -lp[t];  smooth = -sum_j lp[j] = V lse - sum_j z_j;
+//   eps_i = eps / (V - 1);  loss = (1 - eps - eps_i) nll + eps_i smooth
+//   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale)
+// Per row: max, then sum exp(z - max) and sum z in double (block reductions in fixed order),
+// then the gradient overwrites the row. Row losses go to a per-row array that one block sums in
+// row order, so the totals are deterministic. Masked rows contribute nothing and get dz = 0.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace pn::cuda {
+namespace {
+
+// row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows).
+template <bool kGrad>
+__global__ void xent_row_kernel(float* logits, const int32_t* target, const uint8_t* mask, int V,
+                                float eps, float grad_scale, double* row_out) {
+  __shared__ double shd[kThreads / 32];
+  __shared__ float shf[kThreads / 32];
+  const int i = blockIdx.x;
+  float* z = logits + size_t(i) * V;
+  double* out = row_out + size_t(i) * 3;
+  if (mask && !mask[i]) {
+    if (kGrad)
+      for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = 0.f;
+    if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0;
+    return;
+  }
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, z[j]);
+  mx = block_max(mx, shf);
+  double se = 0, sz = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    se += double(expf(z[j] - mx));
+    sz += double(z[j]);
+  }
+  se = block_sum(se, shd);
+  sz = block_sum(sz, shd);
+  const int t = target[i];
+  const double lse = double(mx) + log(se);
+  const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
+  const double nll = lse - double(z[t]);
+  if (threadIdx.x == 0) {
+    out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
+    out[1] = nll;
+    out[2] = 1;
+  }
+  if (!kGrad) return;
+  __syncthreads();  // every thread has read z[t]
+  const float lse_f = float(lse), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    float g = grad_scale * (expf(z[j] - lse_f) - eps_f);
+    if (j == t) g -= grad_scale * (1.f - eps - eps_f);
+    z[j] = g;
+  }
+}
+
+// sums[k] = sum over rows of row_out[i*3 + k], fixed order.
+__global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
+  __shared__ double sh[kThreads / 32];
+  for (int k = 0; k < 3; ++k) {
+    double acc = 0;
+    for (int i = threadIdx.x; i < rows; i += blockDim.x) acc += row_out[size_t(i) * 3 + k];
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) sums[k] = acc;
+  }
+}
+
+template <bool kGrad>
+void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, float eps,
+          float grad_scale, double* sums, cudaStream_t s) {
+  double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3);
+  if (rows > 0) {
+    xent_row_kernel<kGrad><<<rows, kThreads, 0, s>>>(logits, target, mask, V, eps, grad_scale,
+                                                     row_out);
+    PN_LAUNCHED();
+  }
+  xent_sum_kernel<<<1, kThreads, 0, s>>>(row_out, rows, sums);
+  PN_LAUNCHED();
+}
+
+}  // namespace
+
+void softmax_xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
+                  float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
+  xent<true>(logits, target, mask, rows, V, label_smoothing, grad_scale, sums, s);
+}
+
+void softmax_xent_eval(const float* logits, const int32_t* target, const uint8_t* mask, int rows,
+                       int V, float label_smoothing, double* sums, cudaStream_t s) {
+  // The eval instantiation never writes the logits.
+  xent<false>(const_cast<float*>(logits), target, mask, rows, V, label_smoothing, 0.f, sums, s);
+}
+
+k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
+  double h[3];
+  CUDA_CHECK(cudaMemcpyAsync(h, sums, sizeof h, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return {h[0], h[1], h[2]};
+}
+
+}  // namespace pn::cuda
