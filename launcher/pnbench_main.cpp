@@ -1,0 +1,320 @@
+// pnbench: one point of a scaling benchmark. Under `mpirun -np R` it trains --warmup + --measure
+// updates of the pntrain model (every pntrain flag applies), reads back rank 0's per-update
+// metrics (tokens_per_s and the `time` split the trainer writes) and appends one CSV row of
+// medians over the measured updates. `launcher/pn bench` (launcher/bench.py) calls it once per
+// norm, rank count and mode, then plots the CSV.
+#include <glog/logging.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/device.h"
+#include "trainer/data.h"
+#include "trainer/options.h"
+#include "trainer/trainer.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+struct BenchOptions {
+  std::string mode = "strong";  // strong: --tokens over all ranks; weak: --tokens per rank
+  int tokens = 2048;            // tokens per micro-step (see mode)
+  int warmup = 3;               // updates trained but not measured
+  int measure = 10;             // updates whose medians are reported
+  std::string csv;              // appended to; the header is written when the file is new
+  bool verbose = false;         // pntrain's progress lines and model summary
+};
+
+// Column order of the CSV; bench.py and the README name the same columns.
+const std::vector<std::string> kColumns = {
+    "norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
+    "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
+    "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
+    "optimizer_ms", "other_ms", "note"};
+
+const char* kUsage =
+    "pnbench: one point of a strong or weak scaling benchmark of pntrain\n\n"
+    "Usage: [mpirun -np R] pnbench [pnbench options] [pntrain options]\n\n"
+    "Trains --warmup + --measure updates with the given pntrain options (any flag of\n"
+    "`pntrain --help`, and --config FILE), then rank 0 appends one row to --csv with the medians\n"
+    "over the measured updates. pnbench sets --max-tokens (from --tokens and --mode), --max-update\n"
+    "(warmup + measure) and --validate-interval-updates 0; giving --max-tokens, --max-update,\n"
+    "--save-dir, --restore-file or --eval-only on the command line is an error (values from a\n"
+    "--config file are overridden). --metrics FILE keeps the per-update JSON lines.\n\n"
+    "Columns: norm, mode, ranks, cores (of rank 0's node), threads (per rank), oversubscribed\n"
+    "(1 when a node runs more ranks than it has cores: such timings are not scaling figures),\n"
+    "tokens_per_rank (--max-tokens), update_freq, tokens_per_update (target tokens over all\n"
+    "ranks), warmup_updates, measured_updates, tokens_per_s (median), efficiency (tokens_per_s /\n"
+    "(ranks x tokens_per_s of the 1-rank row of the same norm with tokens_per_rank = --tokens\n"
+    "and the same update_freq, the last one already in the CSV; empty when there is none),\n"
+    "and the median per-update time split of rank 0 in ms: update_ms (wall time of the update),\n"
+    "compute_ms (forward + backward minus the statistics all-reduces), stats_allreduce_ms\n"
+    "(the all-reduces of synchronized norms), grad_allreduce_exposed_ms (the gradient\n"
+    "all-reduce time not hidden behind the backward), optimizer_ms, other_ms (update_ms minus\n"
+    "the four parts: batching, gradient zeroing), note.\n\n"
+    "Run `launcher/pn bench --help` for the driver that loops over norms and rank counts.\n\n"
+    "pnbench options";
+
+po::options_description describe(BenchOptions& b) {
+  po::options_description d(kUsage);
+  d.add_options()("help,h", "print this help and pntrain's")(
+      "mode", po::value(&b.mode)->default_value(b.mode),
+      "strong: --tokens per micro-step over all ranks (each rank takes tokens / R); weak: "
+      "--tokens per rank")("tokens", po::value(&b.tokens)->default_value(b.tokens),
+                           "tokens per micro-step, over all ranks (strong) or per rank (weak)")(
+      "warmup", po::value(&b.warmup)->default_value(b.warmup),
+      "updates trained before the measured ones (page faults, allocator, thread start)")(
+      "measure", po::value(&b.measure)->default_value(b.measure),
+      "updates whose medians are reported")("csv", po::value(&b.csv),
+                                            "CSV file to append the row to (rank 0)")(
+      "verbose", po::bool_switch(&b.verbose), "print pntrain's model summary and progress lines");
+  return d;
+}
+
+// A flag of pntrain that pnbench decides itself, given on the command line.
+std::string forbidden_flag(const std::vector<std::string>& args) {
+  for (const std::string& a : args)
+    for (const char* f : {"--max-tokens", "--max-update", "--save-dir", "--restore-file",
+                          "--eval-only"})
+      if (a == f || a.rfind(std::string(f) + "=", 0) == 0) return f;
+  return "";
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Medians over the measured updates of rank 0's metrics file.
+struct Medians {
+  int updates = 0;
+  double tokens_per_s = NAN, ntokens = NAN, update_s = NAN, compute_s = NAN, stats_s = NAN,
+         grad_s = NAN, optimizer_s = NAN, other_s = NAN;
+};
+
+Medians read_medians(const std::string& path, int first_update) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read back the metrics file '" + path + "'");
+  std::vector<double> tps, ntok, wall, compute, stats, grad, optim, other;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    // Validation lines have no "time"; updates before first_update are warm-up.
+    if (!j.contains("time") || j["update"].get<int64_t>() < first_update) continue;
+    const auto& t = j["time"];
+    const double fwd_bwd = t["forward_s"].get<double>() + t["backward_s"].get<double>();
+    const double s = t["stats_comm_s"].get<double>(), g = t["grad_comm_s"].get<double>(),
+                 o = t["optimizer_s"].get<double>(), w = j["wall_s"].get<double>();
+    tps.push_back(j["tokens_per_s"].get<double>());
+    ntok.push_back(j["ntokens"].get<double>());
+    wall.push_back(w);
+    compute.push_back(fwd_bwd - s);
+    stats.push_back(s);
+    grad.push_back(g);
+    optim.push_back(o);
+    other.push_back(w - fwd_bwd - g - o);
+  }
+  Medians m;
+  m.updates = int(tps.size());
+  m.tokens_per_s = median(tps), m.ntokens = median(ntok), m.update_s = median(wall);
+  m.compute_s = median(compute), m.stats_s = median(stats), m.grad_s = median(grad);
+  m.optimizer_s = median(optim), m.other_s = median(other);
+  return m;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, sep);) out.push_back(item);
+  if (!s.empty() && s.back() == sep) out.emplace_back();
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v, char sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? std::string(1, sep) : "") + v[i];
+  return out;
+}
+
+// tokens_per_s of the last 1-rank row of this norm with tokens_per_rank = tokens and this
+// update_freq; NaN when the CSV holds none. Throws when the file has other columns.
+double baseline_tokens_per_s(const std::string& csv, const std::string& norm, int tokens,
+                             int update_freq) {
+  std::ifstream in(csv);
+  std::string header;
+  if (!in || !std::getline(in, header) || header.empty()) return NAN;
+  if (header != join(kColumns, ','))
+    throw std::runtime_error("the CSV file '" + csv + "' has other columns than pnbench writes (" +
+                             header + "): give a new --csv file");
+  double found = NAN;
+  for (std::string line; std::getline(in, line);) {
+    const std::vector<std::string> f = split(line, ',');
+    if (f.size() != kColumns.size()) continue;
+    // Column indices from kColumns: 0 norm, 2 ranks, 6 tokens_per_rank, 7 update_freq, 11 tps.
+    if (f[0] == norm && f[2] == "1" && f[6] == std::to_string(tokens) &&
+        f[7] == std::to_string(update_freq))
+      found = std::stod(f[11]);
+  }
+  return found;
+}
+
+// The norm column: one name when every place has the same norm.
+std::string norm_label(const pn::Options& o) {
+  if (o.norm_self == o.norm_ff && o.norm_ff == o.norm_final) return o.norm_self;
+  return o.norm_self + "/" + o.norm_ff + "/" + o.norm_final;  // no commas: a CSV field
+}
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+void append_row(const std::string& csv, const std::vector<std::string>& row) {
+  const bool fresh = !std::filesystem::exists(csv) || std::filesystem::file_size(csv) == 0;
+  std::ofstream out(csv, std::ios::app);
+  if (!out)
+    throw std::runtime_error("cannot write the CSV file '" + csv +
+                             "': check that its directory exists and is writable");
+  if (fresh) out << join(kColumns, ',') << '\n';
+  out << join(row, ',') << '\n';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);
+  FLAGS_minloglevel = 1;  // warnings and errors; --verbose turns rank 0's progress lines on
+  try {
+    BenchOptions b;
+    po::options_description desc = describe(b);
+    po::variables_map vm;
+    std::vector<std::string> rest;
+    try {
+      const po::parsed_options parsed =
+          po::command_line_parser(argc, argv).options(desc).allow_unregistered().run();
+      rest = po::collect_unrecognized(parsed.options, po::include_positional);
+      po::store(parsed, vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      throw std::invalid_argument(std::string(e.what()) + " (see pnbench --help)");
+    }
+    // pntrain's own parser reads everything pnbench does not know.
+    std::vector<char*> train_argv = {argv[0]};
+    for (std::string& a : rest) train_argv.push_back(a.data());
+    if (vm.count("help")) {
+      char help_flag[] = "--help";
+      std::vector<char*> help_argv = {argv[0], help_flag};
+      pn::Options unused;
+      std::string train_help;
+      pn::parse_options(2, help_argv.data(), &unused, &train_help);
+      if (comm->rank() == 0)
+        std::cout << desc << "\npntrain options (all accepted):\n" << train_help << std::endl;
+      return 0;
+    }
+    if (b.mode != "strong" && b.mode != "weak")
+      throw std::invalid_argument("--mode '" + b.mode + "': give strong or weak");
+    if (b.warmup < 0 || b.measure < 1)
+      throw std::invalid_argument("--warmup must be >= 0 and --measure >= 1");
+    if (const std::string f = forbidden_flag(rest); !f.empty())
+      throw std::invalid_argument(f + " is set by pnbench: use --tokens and --mode for the " +
+                                  "batch, --warmup and --measure for the updates");
+    pn::Options opt;
+    std::string unused_help;
+    pn::parse_options(int(train_argv.size()), train_argv.data(), &opt, &unused_help);
+    const int R = comm->size();
+    if (b.mode == "strong" && b.tokens % R != 0)
+      throw std::invalid_argument("--tokens " + std::to_string(b.tokens) + " (strong scaling) " +
+                                  "is not divisible by " + std::to_string(R) +
+                                  " ranks: give a multiple of every rank count");
+    opt.max_tokens = b.mode == "strong" ? b.tokens / R : b.tokens;
+    opt.max_update = b.warmup + b.measure;
+    opt.validate_interval_updates = 0;
+    opt.save_dir.clear();
+    opt.restore_file.clear();
+    opt.eval_only = false;
+    const bool own_metrics = opt.metrics.empty();
+    if (own_metrics)  // only rank 0 writes it; the name is only used there
+      opt.metrics = (std::filesystem::temp_directory_path() /
+                     ("pnbench." + std::to_string(getpid()) + ".jsonl"))
+                        .string();
+    pn::validate_options(opt);
+    if (b.verbose && comm->rank() == 0) FLAGS_minloglevel = 0;
+
+    const int cores = pn::hardware_cores();
+    const int threads = opt.threads > 0 ? opt.threads : std::max(1, cores / comm->local_size());
+    pn::set_num_threads(threads);
+    // Oversubscribed when any node runs more ranks than it has cores.
+    double over = comm->local_size() > cores ? 1.0 : 0.0;
+    comm->allreduce_max(&over, 1);
+    const bool oversubscribed = over > 0;
+
+    pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
+    {
+      pn::Trainer trainer(opt, *comm, std::move(corpus));
+      trainer.train();
+    }  // the trainer closes the metrics file
+    if (comm->rank() == 0) {
+      const Medians m = read_medians(opt.metrics, b.warmup + 1);
+      if (own_metrics) std::filesystem::remove(opt.metrics);
+      if (m.updates == 0)
+        throw std::runtime_error("no measured update in the metrics (every update skipped as "
+                                 "NaN?): check the pntrain options");
+      const std::string norm = norm_label(opt);
+      double base = R == 1 ? m.tokens_per_s : NAN;
+      if (R > 1 && !b.csv.empty())
+        base = baseline_tokens_per_s(b.csv, norm, b.tokens, opt.update_freq);
+      const double efficiency = m.tokens_per_s / (R * base);
+      const std::string note =
+          oversubscribed ? "oversubscribed: " + std::to_string(comm->local_size()) +
+                               " ranks on " + std::to_string(cores) +
+                               " cores; not a scaling figure"
+                         : "";
+      if (oversubscribed)
+        LOG(WARNING) << "more ranks than cores on a node (" << comm->local_size() << " on "
+                     << cores << "): these timings show that it runs, they are not scaling "
+                     << "figures";
+      std::printf("pnbench | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
+                  "| efficiency %s | update %.2f ms = compute %.2f + stats all-reduce %.2f + "
+                  "grad all-reduce exposed %.2f + optimizer %.2f + other %.2f%s\n",
+                  norm.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
+                  std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
+                  1e3 * m.update_s, 1e3 * m.compute_s, 1e3 * m.stats_s, 1e3 * m.grad_s,
+                  1e3 * m.optimizer_s, 1e3 * m.other_s,
+                  oversubscribed ? " | OVERSUBSCRIBED" : "");
+      if (!b.csv.empty())
+        append_row(b.csv,
+                   {norm, b.mode, std::to_string(R), std::to_string(cores),
+                    std::to_string(threads), oversubscribed ? "1" : "0",
+                    std::to_string(opt.max_tokens), std::to_string(opt.update_freq),
+                    fixed(m.ntokens, 0), std::to_string(b.warmup), std::to_string(m.updates),
+                    fixed(m.tokens_per_s, 1), fixed(efficiency, 4), fixed(1e3 * m.update_s, 3),
+                    fixed(1e3 * m.compute_s, 3), fixed(1e3 * m.stats_s, 3),
+                    fixed(1e3 * m.grad_s, 3), fixed(1e3 * m.optimizer_s, 3),
+                    fixed(1e3 * m.other_s, 3), note});
+    }
+  } catch (const std::exception& e) {
+    comm->abort(e.what(), 2);
+  }
+  return 0;
+}

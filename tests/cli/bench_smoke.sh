@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Smoke test of the scaling benchmark (launcher/bench.py driving pnbench under mpirun): a tiny
+# model, a few updates, ranks 1,2, strong and weak. The CSV has every column and one row per
+# (mode, norm, ranks) with the token split of its mode, efficiency 1 at one rank, statistics
+# all-reduce time only for the synchronized norm at 2 ranks; a run beyond the cores is marked
+# oversubscribed; pnbench refuses the flags it sets itself. Timings are never asserted.
+# Usage: bench_smoke.sh PNBENCH [MPIRUN]
+set -u
+pnbench="$1"
+mpirun="${2:-mpirun}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+bench="$here/../../launcher/bench.py"
+py=/usr/bin/python3; [ -x "$py" ] || py=python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures+1)); }
+tiny=(--decoder-layers 1 --decoder-embed-dim 32 --decoder-attention-heads 2
+      --decoder-ffn-embed-dim 64 --tokens-per-sample 32)
+
+"$py" "$bench" --pnbench "$pnbench" --ranks 1,2 --norms layer,sync_batch --modes strong,weak \
+  --tokens 512 --warmup 1 --measure 3 --out "$tmp/b" -- "${tiny[@]}"
+rc=$?
+[ $rc -eq 0 ] || fail "bench.py: exit $rc"
+csv="$tmp/b/bench.csv"
+if [ ! -f "$csv" ]; then fail "no $csv"; else
+  cat "$csv"
+  "$py" - "$csv" "$(nproc)" <<'PY' || fail "CSV check"
+import csv, math, sys
+want = ["norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
+        "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
+        "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
+        "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "note"]
+f = open(sys.argv[1])
+reader = csv.DictReader(f)
+rows, cores, ok = list(reader), int(sys.argv[2]), True
+def bad(msg):
+    global ok
+    print(msg); ok = False
+if reader.fieldnames != want:
+    bad("columns %s, want %s" % (reader.fieldnames, want))
+cells = sorted((r["mode"], r["norm"], int(r["ranks"])) for r in rows)
+if cells != sorted((m, n, r) for m in ("strong", "weak") for n in ("layer", "sync_batch")
+                   for r in (1, 2)):
+    bad("rows %s" % cells)
+for r in rows:
+    R = int(r["ranks"])
+    for col in ("tokens_per_s", "efficiency", "update_ms", "compute_ms"):
+        v = float(r[col] or "nan")
+        if not (math.isfinite(v) and v > 0):
+            bad("%s not positive: %s" % (col, r))
+    if R == 1 and float(r["efficiency"]) != 1.0:
+        bad("efficiency at 1 rank is not 1: %s" % r)
+    per_rank = 512 // R if r["mode"] == "strong" else 512
+    if int(r["tokens_per_rank"]) != per_rank:
+        bad("tokens_per_rank %s, want %d: %s" % (r["tokens_per_rank"], per_rank, r))
+    if int(r["measured_updates"]) != 3 or int(r["warmup_updates"]) != 1:
+        bad("updates: %s" % r)
+    if r["oversubscribed"] != ("1" if R > cores else "0"):
+        bad("oversubscribed flag at %d ranks on %d cores: %s" % (R, cores, r))
+    stats = float(r["stats_allreduce_ms"])
+    if r["norm"] == "layer" and stats != 0:
+        bad("layer has no statistics all-reduce, got %s ms" % stats)
+    if r["norm"] == "sync_batch" and R == 2 and not stats > 0:
+        bad("sync_batch at 2 ranks shows no statistics all-reduce time: %s" % r)
+# Target tokens per update: fixed in strong scaling, proportional to the ranks in weak.
+tpu = {(r["mode"], r["norm"], int(r["ranks"])): int(r["tokens_per_update"]) for r in rows}
+for n in ("layer", "sync_batch"):
+    if tpu.get(("strong", n, 2)) != tpu.get(("strong", n, 1)):
+        bad("strong %s: tokens per update changed with the ranks" % n)
+    if tpu.get(("weak", n, 2)) != 2 * tpu.get(("weak", n, 1), -1):
+        bad("weak %s: tokens per update did not double at 2 ranks" % n)
+sys.exit(0 if ok else 1)
+PY
+fi
+if "$py" -c "import matplotlib" 2>/dev/null; then
+  [ -s "$tmp/b/bench.png" ] || fail "matplotlib is installed but there is no bench.png"
+fi
+
+# More ranks than cores still runs, and the row says its timings are not scaling figures.
+np=$(( $(nproc) + 1 ))
+if [ "$np" -le 9 ]; then
+  "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np "$np" -x OMP_NUM_THREADS=1 \
+    "$pnbench" --mode weak --tokens 64 --warmup 1 --measure 2 --csv "$tmp/over.csv" \
+    --norm power "${tiny[@]}" > "$tmp/over.log" 2>&1 || fail "$np ranks: exit $?: $(tail -3 "$tmp/over.log")"
+  grep -q "OVERSUBSCRIBED" "$tmp/over.log" || fail "$np ranks on $(nproc) cores not flagged: $(cat "$tmp/over.log")"
+  grep -q ",1,.*oversubscribed: $np ranks on $(nproc) cores; not a scaling figure$" "$tmp/over.csv" ||
+    fail "oversubscribed row: $(cat "$tmp/over.csv")"
+else
+  echo "($np ranks would be needed to oversubscribe this machine; that part is skipped)"
+fi
+
+# The batch and the update count are pnbench's: giving them as pntrain flags is refused.
+out=$("$pnbench" --max-tokens 64 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q -- "--max-tokens is set by pnbench" <<<"$out"; } ||
+  fail "--max-tokens: exit $rc: $out"
+
+[ $failures -eq 0 ] && echo "bench smoke: all passed"
+exit $((failures > 0))
