@@ -63,4 +63,19 @@ inline void rank_share(int64_t n, int rank, int world, int64_t* begin, int64_t* 
   *end = n * (rank + 1) / world;
 }
 
+// The global sample indices (positions in the update stream, from `first`) that rank r of R
+// takes from a micro-batch of n samples cut into `groups` consecutive statistics groups (ghost
+// statistics; 1 = no groups): its share of each group in turn, so that group g on every rank
+// holds what micro-step g of group-sized gradient accumulation would give it.
+inline void rank_samples(int64_t first, int64_t n, int groups, int rank, int world,
+                         std::vector<int64_t>* out) {
+  out->clear();
+  const int64_t per_group = n / groups;
+  for (int g = 0; g < groups; ++g) {
+    int64_t b, e;
+    rank_share(per_group, rank, world, &b, &e);
+    for (int64_t i = b; i < e; ++i) out->push_back(first + g * per_group + i);
+  }
+}
+
 }  // namespace pn

@@ -262,12 +262,13 @@ TrainResult Trainer::train() {
   const Fault fault = parse_fault(opt_.debug_fault);
   // Samples per micro-batch over all ranks: the update's tokens do not depend on how it is split.
   const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
+  const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
   auto& params = model_->params;
   const size_t nparam = params.size();
   plan_buckets();
   TrainResult result;
   Batch batch;
-  std::vector<int64_t> ids;
+  std::vector<int64_t> ids, positions;
   const double t_start = now_s();
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
   int bad_in_row = 0, validations_without_gain = 0;
@@ -297,10 +298,9 @@ TrainResult Trainer::train() {
     for (int micro = 0; micro < opt_.update_freq; ++micro) {
       if (watchdog_) watchdog_->beat("a training micro-step");
       const int64_t g0 = first + int64_t(micro) * micro_samples;
-      int64_t b, e;
-      rank_share(micro_samples, rank, R, &b, &e);
+      rank_samples(g0, micro_samples, stats_groups, rank, R, &positions);
       ids.clear();
-      for (int64_t i = b; i < e; ++i) ids.push_back(order.sample(g0 + i));
+      for (int64_t p : positions) ids.push_back(order.sample(p));
       train_set.make_batch(ids, &batch);
       const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
       // Gradients are reduced once per update: buckets start during the last backward.
