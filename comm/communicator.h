@@ -40,6 +40,31 @@ struct Communicator {
   std::atomic<bool> in_collective{false};
   // Ends the whole job (every rank) after printing msg; never returns.
   [[noreturn]] virtual void abort(const std::string& msg, int code = 1) = 0;
+
+  // ---- device buffers (the CUDA path; comm/nccl_comm.h) -------------------------------------
+  // In-place sums of device memory. `stream` is a cudaStream_t, passed as void* so that this
+  // header needs no CUDA include. allreduce_sum_device is ordered on `stream` (after the work
+  // queued on it before, before the work queued after) without a host synchronisation: the
+  // synchronized norms' statistics on the compute stream. iallreduce_sum_device runs the sum on
+  // the communicator's own stream, ordered after the work queued so far on `stream`, and
+  // wait_device(r, stream) orders later work on `stream` after it (CUDA events, no host wait):
+  // gradient buckets overlapped with the backward. With one rank a sum is the identity, so
+  // these defaults serve the single-process communicator; several ranks need the NCCL one.
+  virtual bool device_collectives() const { return size() == 1; }
+  virtual void allreduce_sum_device(float* buf, size_t n, void* stream) { single_rank_only(); }
+  virtual void allreduce_sum_device(double* buf, size_t n, void* stream) { single_rank_only(); }
+  virtual Request iallreduce_sum_device(float* buf, size_t n, void* stream) {
+    single_rank_only();
+    return -1;
+  }
+  virtual void wait_device(Request r, void* stream) {}
+
+ private:
+  void single_rank_only() {
+    if (size() > 1)
+      abort("the " + name() + " communicator has no device collectives; a multi-rank CUDA run "
+            "needs the NCCL communicator (make_device_communicator)");
+  }
 };
 
 // A single-process communicator: sums are the identity. Used without mpirun and in unit tests.
@@ -47,6 +72,10 @@ std::unique_ptr<Communicator> make_single_communicator();
 // MPI when the process was started by mpirun (or PN_FORCE_MPI=1), otherwise single-process.
 // Initialises MPI if needed; the communicator finalises it on destruction.
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
+// For ranks computing on GPUs: as make_communicator, wrapped in the NCCL communicator when built
+// with NCCL (PN_HAVE_NCCL; it selects this rank's GPU by node-local rank); without NCCL the
+// plain communicator, whose device collectives exist only at one rank.
+std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv);
 // True when the environment says we run under an MPI launcher.
 bool launched_by_mpi();
 

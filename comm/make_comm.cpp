@@ -3,6 +3,9 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi_comm.h"
+#ifdef PN_HAVE_NCCL
+#include "comm/nccl_comm.h"
+#endif
 
 namespace pn {
 
@@ -15,6 +18,14 @@ bool launched_by_mpi() {
 std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv) {
   if (launched_by_mpi()) return make_mpi_communicator(argc, argv);
   return make_single_communicator();
+}
+
+std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv) {
+#ifdef PN_HAVE_NCCL
+  return make_nccl_communicator(make_communicator(argc, argv));
+#else
+  return make_communicator(argc, argv);
+#endif
 }
 
 }  // namespace pn

@@ -1,0 +1,481 @@
+// Every CUDA kernel against its CPU twin (the reference) on random data: forward, backward,
+// statistics and masks, including fully masked and empty inputs. Skipped without a GPU.
+//
+// Tolerances: the GPU sums in another order (warp and block trees, cuBLAS tiles), so float
+// results agree to a few float ulps of the larger terms; double statistics to ~1e-12 relative.
+// The dropout mask and the per-element maps with the CPU's rounding are compared exactly.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "kernels/norm_kernels.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace pn::test {
+namespace {
+
+constexpr cudaStream_t kStream = nullptr;  // the legacy default stream: download() syncs it
+
+TEST(CudaKernels, GemmAllTransposes) {
+  PN_REQUIRE_GPU();
+  cuda::Blas blas(kStream, /*allow_tf32=*/false);
+  const int M = 37, N = 29, K = 45;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int lda = ta ? M : K, ldb = tb ? K : N;
+      const auto A = randf(size_t(M) * K, 1), B = randf(size_t(K) * N, 2);
+      auto C = randf(size_t(M) * N, 3);
+      DBuf<float> dA(A), dB(B), dC(C);
+      cuda::gemm(blas, ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.3f, dC.data(), N);
+      k::gemm<float>(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, C.data(), N);
+      expect_close("gemm", dC.download(), C, 1e-5, 1e-5);
+    }
+}
+
+TEST(CudaKernels, ElementWise) {
+  PN_REQUIRE_GPU();
+  const int rows = 67, cols = 45;
+  const size_t n = size_t(rows) * cols;
+  const auto a = randf(n, 4), b = randf(n, 5), bias = randf(cols, 6);
+  DBuf<float> da(a), db(b), dbias(bias), dy(n);
+
+  std::vector<float> y(n);
+  k::add<float>(a.data(), b.data(), n, y.data());
+  cuda::add(da.data(), db.data(), n, dy.data(), kStream);
+  expect_equal("add", dy.download(), y);
+
+  k::add_inplace<float>(y.data(), a.data(), n);
+  cuda::add_inplace(dy.data(), da.data(), n, kStream);
+  expect_equal("add_inplace", dy.download(), y);
+
+  k::scale_inplace<float>(y.data(), n, 0.37f);
+  cuda::scale_inplace(dy.data(), n, 0.37f, kStream);
+  expect_equal("scale_inplace", dy.download(), y);
+
+  k::add_bias<float>(y.data(), bias.data(), rows, cols);
+  cuda::add_bias(dy.data(), dbias.data(), rows, cols, kStream);
+  expect_equal("add_bias", dy.download(), y);
+
+  std::vector<float> g(cols, 0.5f);
+  DBuf<float> dg(g);
+  k::bias_grad<float>(a.data(), rows, cols, g.data());
+  cuda::bias_grad(da.data(), rows, cols, dg.data(), kStream);
+  expect_close("bias_grad", dg.download(), g, 1e-6, 1e-6);
+
+  k::relu_forward<float>(a.data(), n, y.data());
+  cuda::relu_forward(da.data(), n, dy.data(), kStream);
+  expect_equal("relu_forward", dy.download(), y);
+  std::vector<float> dx(n);
+  DBuf<float> ddx(n);
+  k::relu_backward<float>(y.data(), b.data(), n, dx.data());
+  cuda::relu_backward(dy.data(), db.data(), n, ddx.data(), kStream);
+  expect_equal("relu_backward", ddx.download(), dx);
+
+  cuda::fill(ddx.data(), n, 2.5f, kStream);
+  expect_equal("fill", ddx.download(), std::vector<float>(n, 2.5f));
+  cuda::copy(da.data(), n, ddx.data(), kStream);
+  expect_equal("copy", ddx.download(), a);
+}
+
+TEST(CudaKernels, DropoutMaskBitForBit) {
+  PN_REQUIRE_GPU();
+  const size_t n = 100003;
+  for (float p : {0.0f, 0.1f, 0.5f}) {
+    std::vector<uint8_t> keep(n);
+    k::dropout_mask(12345 + uint64_t(p * 100), n, p, keep.data());
+    DBuf<uint8_t> dkeep(n);
+    cuda::dropout_mask(12345 + uint64_t(p * 100), n, p, dkeep.data(), kStream);
+    expect_equal("dropout_mask", dkeep.download(), keep);
+
+    auto x = randf(n, 7);
+    DBuf<float> dx(x);
+    k::dropout_apply<float>(x.data(), keep.data(), n, p);
+    cuda::dropout_apply(dx.data(), dkeep.data(), n, p, kStream);
+    expect_equal("dropout_apply", dx.download(), x);
+  }
+}
+
+TEST(CudaKernels, EmbeddingAndPositions) {
+  PN_REQUIRE_GPU();
+  const int V = 17, d = 24, seq = 9, rows = 36, max_len = 40;
+  std::vector<float> P(size_t(max_len) * d);
+  k::sinusoidal_positions<float>(max_len, d, P.data());
+  DBuf<float> dP(P.size());
+  cuda::sinusoidal_positions(max_len, d, dP.data(), kStream);
+  expect_close("sinusoidal_positions", dP.download(), P, 1e-6, 1e-6);
+  std::vector<float> P_odd(size_t(max_len) * 7);
+  k::sinusoidal_positions<float>(max_len, 7, P_odd.data());
+  DBuf<float> dP_odd(P_odd.size());
+  cuda::sinusoidal_positions(max_len, 7, dP_odd.data(), kStream);
+  expect_close("sinusoidal_positions (odd d)", dP_odd.download(), P_odd, 1e-6, 1e-6);
+
+  std::vector<int32_t> tok(rows);
+  for (int i = 0; i < rows; ++i) tok[i] = (i * 7 + i / 5) % V;  // tokens repeat
+  const auto E = randf(size_t(V) * d, 8), dy = randf(size_t(rows) * d, 9);
+  DBuf<int32_t> dtok(tok);
+  DBuf<float> dE(E), ddy(dy), dout(size_t(rows) * d);
+  std::vector<float> out(size_t(rows) * d);
+  k::embedding_forward<float>(tok.data(), rows, seq, E.data(), P.data(), d, 4.9f, out.data());
+  cuda::embedding_forward(dtok.data(), rows, seq, dE.data(), dP.data(), d, 4.9f, dout.data(),
+                          kStream);
+  expect_close("embedding_forward", dout.download(), out, 1e-6, 1e-6);
+
+  std::vector<float> gE = randf(size_t(V) * d, 10);
+  DBuf<float> dgE(gE);
+  k::embedding_backward<float>(tok.data(), rows, dy.data(), d, 4.9f, gE.data());
+  cuda::embedding_backward(dtok.data(), rows, ddy.data(), d, 4.9f, dgE.data(), kStream);
+  expect_equal("embedding_backward (same order, same rounding)", dgE.download(), gE);
+}
+
+TEST(CudaKernels, AttentionForwardBackward) {
+  PN_REQUIRE_GPU();
+  cuda::Blas blas(kStream, false);
+  for (int T : {1, 13, 40}) {
+    const int nseq = 3, d = 32, H = 4;
+    const size_t nq = size_t(nseq) * T * 3 * d, np = size_t(nseq) * H * T * T,
+                 nc = size_t(nseq) * T * d;
+    const auto qkv = randf(nq, 11), dctx = randf(nc, 12);
+    std::vector<float> probs(np), ctx(nc), dqkv(nq), scratch(np);
+    k::attention_forward<float>(qkv.data(), nseq, T, d, H, probs.data(), ctx.data());
+    k::attention_backward<float>(qkv.data(), probs.data(), dctx.data(), nseq, T, d, H,
+                                 dqkv.data(), scratch.data());
+    DBuf<float> dqkv_in(qkv), ddctx(dctx), dprobs(np), dctxo(nc), ddqkv(nq), dscratch(np);
+    cuda::attention_forward(blas, dqkv_in.data(), nseq, T, d, H, dprobs.data(), dctxo.data());
+    cuda::attention_backward(blas, dqkv_in.data(), dprobs.data(), ddctx.data(), nseq, T, d, H,
+                             ddqkv.data(), dscratch.data());
+    expect_close("attention probs", dprobs.download(), probs, 1e-5, 1e-6);
+    expect_close("attention ctx", dctxo.download(), ctx, 1e-4, 1e-5);
+    expect_close("attention dqkv", ddqkv.download(), dqkv, 1e-4, 1e-5);
+  }
+}
+
+TEST(CudaKernels, LabelSmoothedCrossEntropy) {
+  PN_REQUIRE_GPU();
+  const int rows = 29, V = 301;
+  std::vector<int32_t> target(rows);
+  for (int i = 0; i < rows; ++i) target[i] = (i * 37) % V;
+  DBuf<int32_t> dtarget(target);
+  DBuf<double> dsums(3);
+  for (int masking = 0; masking < 3; ++masking) {  // none, some rows, every row
+    std::vector<uint8_t> mask =
+        masking == 0 ? std::vector<uint8_t>(rows, 1)
+                     : (masking == 1 ? random_mask(rows, 13) : std::vector<uint8_t>(rows, 0));
+    DBuf<uint8_t> dmask(mask);
+    auto logits = randf(size_t(rows) * V, 14, 3.f);
+    DBuf<float> dlogits(logits);
+
+    const k::LossSums ce = k::softmax_xent_eval<float>(logits.data(), target.data(), mask.data(),
+                                                       rows, V, 0.1f);
+    cuda::softmax_xent_eval(dlogits.data(), dtarget.data(), dmask.data(), rows, V, 0.1f,
+                            dsums.data(), kStream);
+    const k::LossSums ge = cuda::loss_sums_host(dsums.data(), kStream);
+    EXPECT_NEAR(ge.loss, ce.loss, 1e-5 * (1 + std::fabs(ce.loss)));
+    EXPECT_NEAR(ge.nll, ce.nll, 1e-5 * (1 + std::fabs(ce.nll)));
+    EXPECT_EQ(ge.ntokens, ce.ntokens);
+
+    const k::LossSums c = k::softmax_xent<float>(logits.data(), target.data(), mask.data(), rows,
+                                                 V, 0.1f, 0.25f);
+    cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), rows, V, 0.1f, 0.25f,
+                       dsums.data(), kStream);
+    const k::LossSums g = cuda::loss_sums_host(dsums.data(), kStream);
+    EXPECT_NEAR(g.loss, c.loss, 1e-5 * (1 + std::fabs(c.loss)));
+    EXPECT_NEAR(g.nll, c.nll, 1e-5 * (1 + std::fabs(c.nll)));
+    EXPECT_EQ(g.ntokens, c.ntokens);
+    expect_close("xent dlogits", dlogits.download(), logits, 1e-5, 1e-7);
+  }
+  // No rows at all.
+  cuda::softmax_xent(nullptr, nullptr, nullptr, 0, V, 0.1f, 1.f, dsums.data(), kStream);
+  const k::LossSums z = cuda::loss_sums_host(dsums.data(), kStream);
+  EXPECT_EQ(z.ntokens, 0);
+  EXPECT_EQ(z.loss, 0);
+}
+
+TEST(CudaKernels, AdamAndReductions) {
+  PN_REQUIRE_GPU();
+  const size_t n = 50001;
+  auto p = randf(n, 15), g = randf(n, 16), m = randf(n, 17, 0.1f), v = randf(n, 18, 0.1f);
+  for (auto& x : v) x = x * x;
+  DBuf<float> dp(p), dg(g), dm(m), dv(v);
+  for (int64_t t = 1; t <= 3; ++t) {
+    k::adam_update(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.98f, 1e-8f, 0.01f, t);
+    cuda::adam_update(dp.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.98f, 1e-8f,
+                      0.01f, t, kStream);
+  }
+  expect_close("adam p", dp.download(), p, 1e-6, 1e-7);
+  expect_close("adam m", dm.download(), m, 1e-6, 1e-7);
+  expect_close("adam v", dv.download(), v, 1e-6, 1e-7);
+
+  const double cs = k::sum_squares<float>(g.data(), n);
+  EXPECT_NEAR(cuda::sum_squares_host(dg.data(), n, kStream), cs, 1e-11 * cs);
+  EXPECT_EQ(cuda::sum_squares_host(dg.data(), 0, kStream), 0.0);
+  EXPECT_TRUE(cuda::all_finite_host(dg.data(), n, kStream));
+  g[n / 2] = INFINITY;
+  g[7] = NAN;
+  dg.upload(g);
+  EXPECT_FALSE(cuda::all_finite_host(dg.data(), n, kStream));
+  EXPECT_FALSE(k::all_finite<float>(g.data(), n));
+}
+
+// ---- the norm family ----------------------------------------------------------------------
+
+struct NormCase {
+  int rows, d;
+  int masking;  // 0 none, 1 random rows, 2 every row masked
+};
+std::vector<uint8_t> case_mask(const NormCase& c, uint64_t seed) {
+  if (c.masking == 0) return std::vector<uint8_t>(c.rows, 1);
+  if (c.masking == 1) return random_mask(c.rows, seed);
+  return std::vector<uint8_t>(c.rows, 0);
+}
+const NormCase kNormCases[] = {{1, 8, 0},   {37, 48, 1},  {300, 64, 1}, {600, 40, 0},
+                               {64, 96, 2}, {0, 16, 0},   {513, 33, 1}};
+
+TEST(CudaNormKernels, ColumnStatsAndDot) {
+  PN_REQUIRE_GPU();
+  for (const NormCase& c : kNormCases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " masking " +
+                 std::to_string(c.masking));
+    const size_t n = size_t(c.rows) * c.d;
+    const auto x = randf(n, 20, 2.f, 3.f), b = randf(n, 21);
+    const auto mask = case_mask(c, 22);
+    std::vector<double> shift(c.d);
+    for (int j = 0; j < c.d; ++j) shift[j] = 3.0 + 0.01 * j;
+    DBuf<float> dx(x), db(b);
+    DBuf<uint8_t> dmask(mask);
+    DBuf<double> dshift(shift), dcount(1), dsum(c.d), dsumsq(c.d);
+    const double* shifts[] = {nullptr, shift.data()};
+    for (const double* sh : shifts) {
+      double count = -1;
+      std::vector<double> sum(c.d), sumsq(c.d);
+      k::column_stats<float>(x.data(), mask.data(), c.rows, c.d, sh, &count, sum.data(),
+                             sumsq.data());
+      cuda::column_stats(dx.data(), dmask.data(), c.rows, c.d, sh ? dshift.data() : nullptr,
+                         dcount.data(), dsum.data(), dsumsq.data(), kStream);
+      EXPECT_EQ(dcount.download()[0], count);
+      expect_close("column_stats sum", dsum.download(), sum, 1e-12, 1e-9);
+      expect_close("column_stats sumsq", dsumsq.download(), sumsq, 1e-12, 1e-9);
+
+      std::vector<double> sa(c.d), sab(c.d);
+      k::column_dot<float>(b.data(), x.data(), mask.data(), c.rows, c.d, sh, sa.data(),
+                           sab.data());
+      cuda::column_dot(db.data(), dx.data(), dmask.data(), c.rows, c.d,
+                       sh ? dshift.data() : nullptr, dsum.data(), dsumsq.data(), kStream);
+      expect_close("column_dot sum_a", dsum.download(), sa, 1e-12, 1e-9);
+      expect_close("column_dot sum_ab", dsumsq.download(), sab, 1e-12, 1e-9);
+    }
+    // No mask at all (every row live).
+    double count = -1;
+    std::vector<double> sumsq(c.d);
+    k::column_stats<float>(x.data(), nullptr, c.rows, c.d, nullptr, &count, nullptr,
+                           sumsq.data());
+    cuda::column_stats(dx.data(), nullptr, c.rows, c.d, nullptr, dcount.data(), nullptr,
+                       dsumsq.data(), kStream);
+    EXPECT_EQ(dcount.download()[0], count);
+    expect_close("column_stats sumsq (no mask)", dsumsq.download(), sumsq, 1e-12, 1e-9);
+  }
+}
+
+TEST(CudaNormKernels, ColumnAffineAndBackward) {
+  PN_REQUIRE_GPU();
+  for (const NormCase& c : kNormCases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d));
+    const size_t n = size_t(c.rows) * c.d;
+    const auto x = randf(n, 23, 2.f, 1.f), dy = randf(n, 24);
+    const auto gamma = randf(c.d, 25, 0.3f, 1.f), beta = randf(c.d, 26, 0.3f);
+    const auto mask = case_mask(c, 27);
+    std::vector<double> shift(c.d), scale(c.d), a(c.d), b(c.d);
+    for (int j = 0; j < c.d; ++j) {
+      shift[j] = 1.0 + 1e-3 * j;
+      scale[j] = 0.5 + 1e-2 * j;
+      a[j] = 0.1 * std::sin(j);
+      b[j] = 0.2 * std::cos(j);
+    }
+    DBuf<float> dx(x), ddy(dy), dgamma(gamma), dbeta(beta), dout(n);
+    DBuf<uint8_t> dmask(mask);
+    DBuf<double> dshift(shift), dscale(scale), da(a), dbb(b);
+    for (int variant = 0; variant < 2; ++variant) {  // batch (shift, a, beta) / PN (none)
+      const bool full = variant == 0;
+      std::vector<float> y(n);
+      k::column_affine<float>(x.data(), c.rows, c.d, full ? shift.data() : nullptr, scale.data(),
+                              gamma.data(), full ? beta.data() : nullptr, y.data());
+      cuda::column_affine(dx.data(), c.rows, c.d, full ? dshift.data() : nullptr, dscale.data(),
+                          dgamma.data(), full ? dbeta.data() : nullptr, dout.data(), kStream);
+      expect_close("column_affine", dout.download(), y, 1e-6, 1e-6);
+
+      std::vector<float> gx(n);
+      k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), c.rows, c.d,
+                                     full ? shift.data() : nullptr, scale.data(), gamma.data(),
+                                     full ? a.data() : nullptr, b.data(), gx.data());
+      cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), c.rows, c.d,
+                                 full ? dshift.data() : nullptr, dscale.data(), dgamma.data(),
+                                 full ? da.data() : nullptr, dbb.data(), dout.data(), kStream);
+      expect_close("column_norm_backward", dout.download(), gx, 1e-6, 1e-6);
+    }
+  }
+}
+
+TEST(CudaNormKernels, RowGroupRms) {
+  PN_REQUIRE_GPU();
+  for (const NormCase& c : kNormCases)
+    for (int G : {1, 2, 4}) {
+      if (c.d % G) continue;
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
+                   std::to_string(G));
+      const size_t n = size_t(c.rows) * c.d;
+      const auto x = randf(n, 30, 1.5f), dy = randf(n, 31), gamma = randf(c.d, 32, 0.3f, 1.f);
+      const auto mask = case_mask(c, 33);
+      DBuf<float> dx(x), ddy(dy), dgm(gamma), dy_out(n), drinv(size_t(c.rows) * G), ddx(n);
+      DBuf<uint8_t> dmask(mask);
+      for (bool with_gamma : {true, false}) {  // gamma null: pre-scaling
+        const float* gm = with_gamma ? gamma.data() : nullptr;
+        std::vector<float> y(n), rinv(size_t(c.rows) * G), gx(n);
+        std::vector<float> dgamma = randf(c.d, 34);
+        DBuf<float> ddgamma(dgamma);
+        k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(),
+                                       rinv.data());
+        k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(),
+                                        c.rows, c.d, G, gx.data(),
+                                        with_gamma ? dgamma.data() : nullptr);
+        cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
+                                   with_gamma ? dgm.data() : nullptr, dy_out.data(),
+                                   drinv.data(), kStream);
+        cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
+                                    with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d,
+                                    G, ddx.data(), with_gamma ? ddgamma.data() : nullptr,
+                                    kStream);
+        expect_close("rms rinv", drinv.download(), rinv, 1e-6, 0);
+        expect_close("rms y", dy_out.download(), y, 1e-6, 1e-6);
+        expect_close("rms dx", ddx.download(), gx, 1e-5, 1e-6);
+        expect_close("rms dgamma", ddgamma.download(), dgamma, 1e-5, 1e-5);
+      }
+    }
+}
+
+TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
+  PN_REQUIRE_GPU();
+  for (const NormCase& c : kNormCases)
+    for (int G : {1, 4}) {
+      if (c.d % G) continue;
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
+                   std::to_string(G));
+      const size_t n = size_t(c.rows) * c.d;
+      const auto x = randf(n, 40, 2.f, 5.f), dy = randf(n, 41);
+      const auto gamma = randf(c.d, 42, 0.3f, 1.f), beta = randf(c.d, 43, 0.3f);
+      const auto mask = case_mask(c, 44);
+      std::vector<float> y(n), mean(size_t(c.rows) * G), rstd(size_t(c.rows) * G), gx(n);
+      std::vector<float> dgamma = randf(c.d, 45), dbeta = randf(c.d, 46);
+      DBuf<float> dx(x), ddy(dy), dgm(gamma), dbt(beta), dyo(n), dmean(mean.size()),
+          drstd(rstd.size()), ddx(n), ddgamma(dgamma), ddbeta(dbeta);
+      DBuf<uint8_t> dmask(mask);
+      if (G == 1) {
+        k::layernorm_forward<float>(x.data(), c.rows, c.d, gamma.data(), beta.data(), 1e-5f,
+                                    y.data(), mean.data(), rstd.data());
+        k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
+                                     mask.data(), c.rows, c.d, gx.data(), dgamma.data(),
+                                     dbeta.data());
+        cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
+                                dmean.data(), drstd.data(), kStream);
+        cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
+                                 dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(),
+                                 ddbeta.data(), kStream);
+      } else {
+        k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(),
+                                        beta.data(), y.data(), mean.data(), rstd.data());
+        k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(),
+                                         gamma.data(), mask.data(), c.rows, c.d, G, gx.data(),
+                                         dgamma.data(), dbeta.data());
+        cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
+                                    dyo.data(), dmean.data(), drstd.data(), kStream);
+        cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(),
+                                     dgm.data(), dmask.data(), c.rows, c.d, G, ddx.data(),
+                                     ddgamma.data(), ddbeta.data(), kStream);
+      }
+      expect_close("norm mean", dmean.download(), mean, 1e-6, 1e-6);
+      expect_close("norm rstd", drstd.download(), rstd, 1e-5, 0);
+      expect_close("norm y", dyo.download(), y, 1e-5, 1e-5);
+      expect_close("norm dx", ddx.download(), gx, 1e-4, 1e-5);
+      expect_close("norm dgamma", ddgamma.download(), dgamma, 1e-5, 1e-5);
+      expect_close("norm dbeta", ddbeta.download(), dbeta, 1e-5, 1e-5);
+    }
+}
+
+// One PN training iteration and the next one's running state, composed from the kernels as
+// layers/norms/power_norm.cpp composes the CPU ones (statistics -> state on the host -> affine
+// map -> backward with nu): the GPU kernels give the same psi^2, nu, y and dx.
+TEST(CudaNormKernels, PowerNormIterationRunningState) {
+  PN_REQUIRE_GPU();
+  const int rows = 200, d = 32;
+  const double eps = 1e-5, alpha_fwd = 0.9, alpha_bkw = 0.9;
+  const auto mask = random_mask(rows, 50);
+  const auto gamma = randf(d, 51, 0.2f, 1.f), beta = randf(d, 52, 0.2f);
+  DBuf<uint8_t> dmask(mask);
+  DBuf<float> dgm(gamma), dbt(beta), dy_out(size_t(rows) * d), ddx(size_t(rows) * d);
+  DBuf<double> dcount(1), dsumsq(d), dinv(d), dnu(d), dsa(d), dsab(d);
+  struct State {
+    std::vector<double> psi2, nu;
+  } cpu{std::vector<double>(d, 1.0), std::vector<double>(d, 0.0)}, gpu = cpu;
+  for (int it = 0; it < 3; ++it) {
+    const auto x = randf(size_t(rows) * d, 60 + it, 1.5f), dy = randf(size_t(rows) * d, 70 + it);
+    DBuf<float> dx(x), ddy(dy);
+    for (int on_gpu = 0; on_gpu < 2; ++on_gpu) {
+      State& st = on_gpu ? gpu : cpu;
+      double count;
+      std::vector<double> sumsq(d), inv(d), sa(d), sab(d);
+      std::vector<float> y(size_t(rows) * d), gx(size_t(rows) * d);
+      if (on_gpu) {
+        cuda::column_stats(dx.data(), dmask.data(), rows, d, nullptr, dcount.data(), nullptr,
+                           dsumsq.data(), kStream);
+        count = dcount.download()[0];
+        sumsq = dsumsq.download();
+      } else {
+        k::column_stats<float>(x.data(), mask.data(), rows, d, nullptr, &count, nullptr,
+                               sumsq.data());
+      }
+      for (int c = 0; c < d; ++c) {  // after warmup: s from the running psi^2 of before
+        inv[c] = 1.0 / std::sqrt(st.psi2[c] + eps);
+        st.psi2[c] = alpha_fwd * st.psi2[c] + (1 - alpha_fwd) * sumsq[c] / count;
+      }
+      if (on_gpu) {
+        dinv.upload(inv);
+        dnu.upload(st.nu);
+        cuda::column_affine(dx.data(), rows, d, nullptr, dinv.data(), dgm.data(), dbt.data(),
+                            dy_out.data(), kStream);
+        cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), rows, d, nullptr,
+                                   dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(),
+                                   kStream);
+        cuda::column_dot(ddy.data(), dx.data(), dmask.data(), rows, d, nullptr, dsa.data(),
+                         dsab.data(), kStream);
+        sab = dsab.download();
+        y = dy_out.download();
+        gx = ddx.download();
+      } else {
+        k::column_affine<float>(x.data(), rows, d, nullptr, inv.data(), gamma.data(),
+                                beta.data(), y.data());
+        k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), rows, d, nullptr,
+                                       inv.data(), gamma.data(), nullptr, st.nu.data(),
+                                       gx.data());
+        k::column_dot<float>(dy.data(), x.data(), mask.data(), rows, d, nullptr, sa.data(),
+                             sab.data());
+      }
+      for (int c = 0; c < d; ++c) {
+        const double Gamma = sumsq[c] * inv[c] * inv[c] / count;
+        const double Lambda = double(gamma[c]) * sab[c] * inv[c] / count;
+        st.nu[c] = st.nu[c] * (1 - (1 - alpha_bkw) * Gamma) + (1 - alpha_bkw) * Lambda;
+      }
+      static std::vector<float> y_cpu, dx_cpu;
+      if (!on_gpu) {
+        y_cpu = y;
+        dx_cpu = gx;
+      } else {
+        expect_close("PN y", y, y_cpu, 1e-6, 1e-6);
+        expect_close("PN dx", gx, dx_cpu, 1e-6, 1e-6);
+      }
+    }
+    expect_close("PN running psi2", gpu.psi2, cpu.psi2, 1e-12, 1e-12);
+    expect_close("PN nu", gpu.nu, cpu.nu, 1e-10, 1e-12);
+  }
+}
+
+}  // namespace
+}  // namespace pn::test
