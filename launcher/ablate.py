@@ -4,7 +4,10 @@
 For every norm and every statistics mini-batch m (tokens), one pntrain run with
     --norm NORM --max-tokens m/ranks --update-freq update_tokens/m
 so every cell makes the same update of update_tokens tokens from the same seed and data, for
-the same number of updates; only the mini-batch the norm's statistics see changes. Cells run one
+the same number of updates; only the mini-batch the norm's statistics see changes. With --ghost
+a cell runs one micro-batch of update_tokens/ranks tokens per rank with ghost statistics
+(--stats-batch-tokens m/ranks) instead: the same statistics batches in the same order
+(tests/test_ghost_stats.cpp), with the rest of the model on large matrices. Cells run one
 after the other (under mpirun when --ranks > 1). A cell whose metrics file already ends in its
 final validation line (and was run with the same command) is skipped, so an interrupted
 ablation resumes where it stopped.
@@ -15,7 +18,7 @@ norm).
 
 Usage: ablate.py --pntrain BUILD/bin/pntrain [--quick|--full] [--norms layer,batch,power_v,power]
                  [--mini-batches 512,1024,2048,4096] [--update-tokens 4096] [--ranks 1]
-                 [--out DIR] [-- extra pntrain flags]
+                 [--ghost] [--out DIR] [-- extra pntrain flags]
 """
 import argparse
 import csv
@@ -36,8 +39,8 @@ PRESETS = {
     "full": (os.path.join(ROOT, "configs", "ablate_ptb.ini"),
              os.path.join(ROOT, "..", "shared", "data", "ptb")),
 }
-CSV_FIELDS = ["norm", "mini_batch", "update_freq", "ranks", "valid_loss", "valid_ppl",
-              "tokens_per_s_median"]
+CSV_FIELDS = ["norm", "mini_batch", "update_freq", "stats_groups", "ranks", "valid_loss",
+              "valid_ppl", "tokens_per_s_median"]
 
 
 def die(msg):
@@ -102,12 +105,12 @@ def finished(cell_dir, max_update, cmd_text):
         return False
 
 
-def summarize(norm, m, uf, ranks, cell_dir):
+def summarize(norm, m, uf, groups, ranks, cell_dir):
     updates, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
     tps = [u["tokens_per_s"] for u in updates if isinstance(u.get("tokens_per_s"), (int, float))]
     v = valids[-1] if valids else {}
     return {
-        "norm": norm, "mini_batch": m, "update_freq": uf, "ranks": ranks,
+        "norm": norm, "mini_batch": m, "update_freq": uf, "stats_groups": groups, "ranks": ranks,
         "valid_loss": v.get("valid_loss", float("nan")),
         "valid_ppl": v.get("valid_ppl", float("nan")),
         "tokens_per_s_median": statistics.median(tps) if tps else float("nan"),
@@ -162,6 +165,9 @@ def main():
     p.add_argument("--mini-batches", default="512,1024,2048,4096")
     p.add_argument("--update-tokens", type=int, default=4096)
     p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--ghost", action="store_true",
+                   help="one micro-batch per update with ghost statistics groups of m tokens "
+                        "instead of update-freq accumulation steps")
     p.add_argument("--out", default=None, help="output directory (default ablate_<preset>)")
     a = p.parse_args(argv)
 
@@ -201,7 +207,7 @@ def main():
         if (m // R) % tps:
             die("mini-batch %d / %d ranks = %d tokens per rank is not a multiple of "
                 "tokens-per-sample %d" % (m, R, m // R, tps))
-    for k in ("norm", "max-tokens", "update-freq", "metrics"):
+    for k in ("norm", "max-tokens", "update-freq", "stats-batch-tokens", "metrics"):
         if flag_value(extra, k, None) is not None:
             die("--%s is set by the ablation; do not pass it after --" % k)
 
@@ -215,21 +221,26 @@ def main():
     rows, failed = [], []
     t_all = time.time()
     for i, (norm, m) in enumerate(cells, 1):
-        uf = U // m
-        cell_dir = os.path.join(out, "%s_m%d" % (norm, m))
+        # Accumulation: update-freq micro-steps of m tokens; ghost: one micro-batch of U tokens
+        # whose norms take statistics over groups of m.
+        uf, groups = (1, U // m) if a.ghost else (U // m, 1)
+        cell_dir = os.path.join(out, "%s_m%d%s" % (norm, m, "_ghost" if a.ghost else ""))
         os.makedirs(cell_dir, exist_ok=True)
         metrics = os.path.join(cell_dir, "metrics.jsonl")
         args = ["--config", config]
         if data is not None:
             args += ["--data", data]
-        args += ["--norm", norm, "--max-tokens", str(m // R), "--update-freq", str(uf),
-                 "--metrics", metrics] + extra
+        args += ["--norm", norm, "--max-tokens", str(m * groups // R), "--update-freq", str(uf)]
+        if a.ghost:
+            args += ["--stats-batch-tokens", str(m // R)]
+        args += ["--metrics", metrics] + extra
         cmd = mpirun_prefix(R) + [os.path.abspath(a.pntrain)] + args
         cmd_text = " ".join(mpirun_prefix(R) + ["pntrain"] + args)
-        tag = "[%d/%d] norm %-8s mini-batch %5d (max-tokens %d x %d rank(s), update-freq %d)" % (
-            i, len(cells), norm, m, m // R, R, uf)
+        tag = "[%d/%d] norm %-8s mini-batch %5d (max-tokens %d x %d rank(s), update-freq %d%s)" % (
+            i, len(cells), norm, m, m * groups // R, R, uf,
+            ", %d ghost groups" % groups if a.ghost else "")
         if finished(cell_dir, max_update, cmd_text):
-            row = summarize(norm, m, uf, R, cell_dir)
+            row = summarize(norm, m, uf, groups, R, cell_dir)
             print("%s: done before, skipped: valid ppl %.3f" % (tag, row["valid_ppl"]), flush=True)
             rows.append(row)
             continue
@@ -240,7 +251,7 @@ def main():
         with open(os.path.join(cell_dir, "train.log"), "w") as log:
             rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
         secs = time.time() - t0
-        row = summarize(norm, m, uf, R, cell_dir)
+        row = summarize(norm, m, uf, groups, R, cell_dir)
         rows.append(row)
         if rc != 0 or not finished(cell_dir, max_update, cmd_text):
             failed.append((norm, m))

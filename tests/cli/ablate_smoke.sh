@@ -51,6 +51,19 @@ skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 4 ] || fail "second run skipped $skipped of 4 cells"
 grep -q "running" <<<"$out" && fail "second run ran a cell again"
 
+# --ghost: one 2048-token micro-batch whose norms take statistics over groups of m tokens.
+gargs=(--pntrain "$pntrain" --quick --norms power --mini-batches 512 --update-tokens 2048
+       --ghost --out "$tmp/ab" --
+       --max-update 4 --validate-interval-updates 4 --decoder-layers 1 --decoder-embed-dim 32
+       --decoder-ffn-embed-dim 64 --threads 1)
+out=$("$py" "$ablate" "${gargs[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "ghost run: exit $rc"
+grep -q -- "--max-tokens 2048 --update-freq 1 --stats-batch-tokens 512" \
+  "$tmp/ab/power_m512_ghost/cmd.txt" 2>/dev/null ||
+  fail "ghost command: $(cat "$tmp/ab/power_m512_ghost/cmd.txt" 2>&1)"
+grep -q "^power,512,1,4,1," "$tmp/ab/ablation.csv" || fail "ghost CSV row: $(cat "$tmp/ab/ablation.csv")"
+
 # A mini-batch that does not divide the update is refused before anything runs.
 out=$("$py" "$ablate" --pntrain "$pntrain" --mini-batches 768 --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "does not divide --update-tokens" <<<"$out"; } ||
