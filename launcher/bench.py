@@ -6,11 +6,13 @@ For every mode, norm and rank count R (1 first: it is the efficiency baseline), 
         --tokens N --norm NORM --warmup W --measure M --csv OUT/bench.csv --config CONFIG ...
 Strong scaling keeps the tokens of a micro-step over all ranks fixed at N (each rank takes
 N/R); weak scaling gives every rank N tokens. pnbench trains W + M updates and appends one row
-of medians over the M measured updates (`pnbench --help` names the columns): tokens/s, scaling
-efficiency against 1 rank, and the per-update time split (compute, statistics all-reduce,
-exposed gradient all-reduce, optimizer). Rank counts above the machine's cores still run
-(--oversubscribe) and are marked `oversubscribed` in the CSV: those timings only show that it
-runs, they are not scaling figures.
+of medians over the M measured updates (`pnbench --help` names the columns): tokens/s, speedup
+and scaling efficiency (speedup / R) against 1 rank, and the per-update time split (compute,
+statistics all-reduce, exposed gradient all-reduce, optimizer). On one machine the ranks share
+its cores (threads per rank = cores / R), so there the ideal speedup is 1, not R; efficiency is
+a scaling figure when every rank brings its own cores or GPU. Rank counts above the cores still
+run (--oversubscribe) and are marked `oversubscribed` in the CSV: those timings only show that
+it runs, they are not scaling figures.
 
 Writes OUT/bench.csv (rewritten by every run), one log per run (OUT/<mode>_<norm>_np<R>.log)
 and, when matplotlib is installed, OUT/bench.png: per mode, tokens/s and efficiency over ranks
@@ -18,11 +20,13 @@ and, when matplotlib is installed, OUT/bench.png: per mode, tokens/s and efficie
 
 Usage: bench.py --pnbench BUILD/bin/pnbench [--ranks 1,2,4] [--norms layer,sync_batch,power]
                 [--modes strong,weak] [--tokens 2048] [--warmup 3] [--measure 10]
-                [--config configs/default.ini] [--out DIR] [-- extra pntrain flags]
+                [--config configs/default.ini] [--out DIR] [--mpirun-args ARGS]
+                [-- extra pntrain flags]
 """
 import argparse
 import csv
 import os
+import shlex
 import subprocess
 import sys
 
@@ -50,9 +54,9 @@ def int_list(text, what):
     return vals
 
 
-def mpirun_cmd(ranks, cores):
+def mpirun_cmd(ranks, cores, extra_args):
     # Every rank count runs under mpirun (1 too), so all rows pay the same launch overheads.
-    cmd = ["mpirun", "-np", str(ranks), "--bind-to", "none"]
+    cmd = ["mpirun", "-np", str(ranks), "--bind-to", "none"] + shlex.split(extra_args)
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     if ranks > cores:
@@ -146,6 +150,10 @@ def main():
     p.add_argument("--out", default="pnbench_out", help="output directory")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
                    help="cores of the machine (default: all online)")
+    p.add_argument("--mpirun-args", default="",
+                   help="extra mpirun flags, e.g. '--hostfile hosts --map-by ppr:1:node' to "
+                        "spread the ranks over nodes (pnbench sets the threads per rank from "
+                        "its own node: cores / ranks there)")
     a = p.parse_args(argv)
 
     ranks = int_list(a.ranks, "--ranks")
@@ -184,7 +192,7 @@ def main():
     for mode in modes:
         for norm in norms:
             for r in ranks:
-                cmd = mpirun_cmd(r, a.cores) + [
+                cmd = mpirun_cmd(r, a.cores, a.mpirun_args) + [
                     a.pnbench, "--mode", mode, "--tokens", str(a.tokens), "--warmup",
                     str(a.warmup), "--measure", str(a.measure), "--csv", csv_path, "--config",
                     a.config, "--norm", norm] + extra

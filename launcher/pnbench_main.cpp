@@ -44,7 +44,7 @@ struct BenchOptions {
 const std::vector<std::string> kColumns = {
     "norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
     "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
-    "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
+    "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
     "optimizer_ms", "other_ms", "note"};
 
 const char* kUsage =
@@ -59,9 +59,10 @@ const char* kUsage =
     "Columns: norm, mode, ranks, cores (of rank 0's node), threads (per rank), oversubscribed\n"
     "(1 when a node runs more ranks than it has cores: such timings are not scaling figures),\n"
     "tokens_per_rank (--max-tokens), update_freq, tokens_per_update (target tokens over all\n"
-    "ranks), warmup_updates, measured_updates, tokens_per_s (median), efficiency (tokens_per_s /\n"
-    "(ranks x tokens_per_s of the 1-rank row of the same norm with tokens_per_rank = --tokens\n"
-    "and the same update_freq, the last one already in the CSV; empty when there is none),\n"
+    "ranks), warmup_updates, measured_updates, tokens_per_s (median), speedup (tokens_per_s /\n"
+    "tokens_per_s of the 1-rank row of the same norm with tokens_per_rank = --tokens and the\n"
+    "same update_freq, the last one already in the CSV; empty when there is none), efficiency\n"
+    "(speedup / ranks: 1 when every added rank brings its own cores or GPU),\n"
     "and the median per-update time split of rank 0 in ms: update_ms (wall time of the update),\n"
     "compute_ms (forward + backward minus the statistics all-reduces), stats_allreduce_ms\n"
     "(the all-reduces of synchronized norms), grad_allreduce_exposed_ms (the gradient\n"
@@ -163,14 +164,17 @@ double baseline_tokens_per_s(const std::string& csv, const std::string& norm, in
   if (header != join(kColumns, ','))
     throw std::runtime_error("the CSV file '" + csv + "' has other columns than pnbench writes (" +
                              header + "): give a new --csv file");
+  auto col = [](const std::string& name) {
+    return size_t(std::find(kColumns.begin(), kColumns.end(), name) - kColumns.begin());
+  };
   double found = NAN;
   for (std::string line; std::getline(in, line);) {
     const std::vector<std::string> f = split(line, ',');
     if (f.size() != kColumns.size()) continue;
-    // Column indices from kColumns: 0 norm, 2 ranks, 6 tokens_per_rank, 7 update_freq, 11 tps.
-    if (f[0] == norm && f[2] == "1" && f[6] == std::to_string(tokens) &&
-        f[7] == std::to_string(update_freq))
-      found = std::stod(f[11]);
+    if (f[col("norm")] == norm && f[col("ranks")] == "1" &&
+        f[col("tokens_per_rank")] == std::to_string(tokens) &&
+        f[col("update_freq")] == std::to_string(update_freq))
+      found = std::stod(f[col("tokens_per_s")]);
   }
   return found;
 }
@@ -284,7 +288,7 @@ int main(int argc, char** argv) {
       double base = R == 1 ? m.tokens_per_s : NAN;
       if (R > 1 && !b.csv.empty())
         base = baseline_tokens_per_s(b.csv, norm, b.tokens, opt.update_freq);
-      const double efficiency = m.tokens_per_s / (R * base);
+      const double speedup = m.tokens_per_s / base, efficiency = speedup / R;
       const std::string note =
           oversubscribed ? "oversubscribed: " + std::to_string(comm->local_size()) +
                                " ranks on " + std::to_string(cores) +
@@ -295,9 +299,10 @@ int main(int argc, char** argv) {
                      << cores << "): these timings show that it runs, they are not scaling "
                      << "figures";
       std::printf("pnbench | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
-                  "| efficiency %s | update %.2f ms = compute %.2f + stats all-reduce %.2f + "
+                  "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats all-reduce %.2f + "
                   "grad all-reduce exposed %.2f + optimizer %.2f + other %.2f%s\n",
                   norm.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
+                  std::isfinite(speedup) ? fixed(speedup, 3).c_str() : "n/a",
                   std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
                   1e3 * m.update_s, 1e3 * m.compute_s, 1e3 * m.stats_s, 1e3 * m.grad_s,
                   1e3 * m.optimizer_s, 1e3 * m.other_s,
@@ -308,7 +313,7 @@ int main(int argc, char** argv) {
                     std::to_string(threads), oversubscribed ? "1" : "0",
                     std::to_string(opt.max_tokens), std::to_string(opt.update_freq),
                     fixed(m.ntokens, 0), std::to_string(b.warmup), std::to_string(m.updates),
-                    fixed(m.tokens_per_s, 1), fixed(efficiency, 4), fixed(1e3 * m.update_s, 3),
+                    fixed(m.tokens_per_s, 1), fixed(speedup, 4), fixed(efficiency, 4), fixed(1e3 * m.update_s, 3),
                     fixed(1e3 * m.compute_s, 3), fixed(1e3 * m.stats_s, 3),
                     fixed(1e3 * m.grad_s, 3), fixed(1e3 * m.optimizer_s, 3),
                     fixed(1e3 * m.other_s, 3), note});

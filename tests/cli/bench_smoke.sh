@@ -28,7 +28,7 @@ if [ ! -f "$csv" ]; then fail "no $csv"; else
 import csv, math, sys
 want = ["norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
         "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
-        "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
+        "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
         "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "note"]
 f = open(sys.argv[1])
 reader = csv.DictReader(f)
@@ -44,12 +44,14 @@ if cells != sorted((m, n, r) for m in ("strong", "weak") for n in ("layer", "syn
     bad("rows %s" % cells)
 for r in rows:
     R = int(r["ranks"])
-    for col in ("tokens_per_s", "efficiency", "update_ms", "compute_ms"):
+    for col in ("tokens_per_s", "speedup", "efficiency", "update_ms", "compute_ms"):
         v = float(r[col] or "nan")
         if not (math.isfinite(v) and v > 0):
             bad("%s not positive: %s" % (col, r))
-    if R == 1 and float(r["efficiency"]) != 1.0:
-        bad("efficiency at 1 rank is not 1: %s" % r)
+    if R == 1 and (float(r["efficiency"]) != 1.0 or float(r["speedup"]) != 1.0):
+        bad("speedup and efficiency at 1 rank are not 1: %s" % r)
+    if abs(float(r["efficiency"]) * R - float(r["speedup"])) > 1e-3 * float(r["speedup"]):
+        bad("efficiency is not speedup / ranks: %s" % r)
     per_rank = 512 // R if r["mode"] == "strong" else 512
     if int(r["tokens_per_rank"]) != per_rank:
         bad("tokens_per_rank %s, want %d: %s" % (r["tokens_per_rank"], per_rank, r))
