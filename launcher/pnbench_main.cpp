@@ -252,6 +252,12 @@ int main(int argc, char** argv) {
                                   "is not divisible by " + std::to_string(R) +
                                   " ranks: give a multiple of every rank count");
     opt.max_tokens = b.mode == "strong" ? b.tokens / R : b.tokens;
+    if (opt.max_tokens < opt.tokens_per_sample)  // else validate_options names --max-tokens
+      throw std::invalid_argument(
+          "--tokens " + std::to_string(b.tokens) + " gives " + std::to_string(opt.max_tokens) +
+          " tokens per rank at " + std::to_string(R) + " ranks (" + b.mode + " scaling), less " +
+          "than one sample (--tokens-per-sample " + std::to_string(opt.tokens_per_sample) +
+          "): raise --tokens or lower --tokens-per-sample");
     opt.max_update = b.warmup + b.measure;
     opt.validate_interval_updates = 0;
     opt.save_dir.clear();
@@ -289,18 +295,20 @@ int main(int argc, char** argv) {
       if (R > 1 && !b.csv.empty())
         base = baseline_tokens_per_s(b.csv, norm, b.tokens, opt.update_freq);
       const double speedup = m.tokens_per_s / base, efficiency = speedup / R;
+      // Rank 0 knows its own node; another node may be the oversubscribed one.
+      const std::string crowded =
+          comm->local_size() > cores ? std::to_string(comm->local_size()) + " ranks on " +
+                                           std::to_string(cores) + " cores"
+                                     : "another node runs more ranks than it has cores";
       const std::string note =
-          oversubscribed ? "oversubscribed: " + std::to_string(comm->local_size()) +
-                               " ranks on " + std::to_string(cores) +
-                               " cores; not a scaling figure"
-                         : "";
+          oversubscribed ? "oversubscribed: " + crowded + "; not a scaling figure" : "";
       if (oversubscribed)
-        LOG(WARNING) << "more ranks than cores on a node (" << comm->local_size() << " on "
-                     << cores << "): these timings show that it runs, they are not scaling "
-                     << "figures";
+        LOG(WARNING) << "more ranks than cores on a node (" << crowded << "): these timings "
+                     << "show that it runs, they are not scaling figures";
       std::printf("pnbench | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
-                  "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats all-reduce %.2f + "
-                  "grad all-reduce exposed %.2f + optimizer %.2f + other %.2f%s\n",
+                  "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats "
+                  "all-reduce %.2f + grad all-reduce exposed %.2f + optimizer %.2f + other "
+                  "%.2f%s\n",
                   norm.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
                   std::isfinite(speedup) ? fixed(speedup, 3).c_str() : "n/a",
                   std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
