@@ -3,6 +3,7 @@
 
 #include "comm/communicator.h"
 #include "gradcheck.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/kernels.h"
 #include "layers/attention.h"
 #include "layers/embedding.h"
@@ -156,6 +157,35 @@ TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
   const auto one = k::softmax_xent_eval<double>(z.data(), t.data(), nullptr, 1, V, eps);
   EXPECT_NEAR(one.loss, (1 - eps - eps_i) * nll0 + eps_i * smooth, 1e-12);
   EXPECT_NEAR(one.nll, nll0, 1e-12);
+}
+
+TEST(Loss, FloatPathMatchesDoubleOnAWideVocabulary) {
+  // The float path takes its exponentials from the vectorised fast_exp: the loss, nll and
+  // gradient must still match the double path (std::exp) to float rounding, with large and
+  // very negative logits in the row.
+  const int rows = 3, V = 5000;
+  auto zd = randn(size_t(rows) * V, 29, 4.0);
+  zd[7] = 40, zd[V + 11] = -120;
+  std::vector<float> zf(zd.begin(), zd.end());
+  std::vector<int32_t> t = {7, 11, 4999};
+  std::vector<double> gd(zf.begin(), zf.end());  // same rounded inputs
+  const auto d = k::softmax_xent<double>(gd.data(), t.data(), nullptr, rows, V, 0.1, 1.0);
+  const auto f = k::softmax_xent<float>(zf.data(), t.data(), nullptr, rows, V, 0.1f, 1.0f);
+  EXPECT_NEAR(f.loss, d.loss, 1e-5 * d.loss);
+  EXPECT_NEAR(f.nll, d.nll, 1e-5 * d.nll);
+  double max_err = 0;
+  for (size_t i = 0; i < gd.size(); ++i) max_err = std::max(max_err, std::abs(zf[i] - gd[i]));
+  EXPECT_LT(max_err, 1e-6);
+}
+
+TEST(Kernels, FastExpIsWithinTwoUlpOfExp) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f)
+    worst = std::max(worst, std::abs(k::fast_exp(x) / std::exp(double(x)) - 1));
+  EXPECT_LT(worst, 2.5e-7);
+  EXPECT_EQ(k::fast_exp(0.0f), 1.0f);
+  EXPECT_GT(k::fast_exp(-1000.0f), 0.0f);  // clamped, never NaN
+  EXPECT_LT(k::fast_exp(-1000.0f), 1e-37f);
 }
 
 TEST(Kernels, DropoutKeepsExpectedFractionAndIsDeterministic) {

@@ -4,27 +4,61 @@
 //   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) * [j == t]   (sum_j q_j = 1)
 #include <cmath>
 
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/kernels.h"
 
 namespace pn::k {
 
 namespace {
-template <class T>
-void row_loss(const T* z, int V, int t, T eps, double* loss, double* nll, T* lse_out) {
-  T mx = z[0];
-  for (int j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
-  double sum = 0, zsum = 0;
-  for (int j = 0; j < V; ++j) {
-    sum += std::exp(double(z[j] - mx));
-    zsum += double(z[j]);
+// Sums in T over blocks of 256 vectorise (a double reduction over float data does not); the
+// blocks are summed in double.
+constexpr int kBlock = 256;
+
+// sum_j exp(z_j - mx); with kStore, z_j is replaced by exp(z_j - mx) (the training path turns
+// it into the gradient in place, so every element sees one exp). Kept out of line: inlined into
+// the OpenMP region, GCC 12 no longer vectorises its loop.
+template <bool kStore, class T>
+__attribute__((noinline)) double exp_sum(T* z, int V, T mx) {
+  double sum = 0;
+  for (int j0 = 0; j0 < V; j0 += kBlock) {
+    const int j1 = j0 + kBlock < V ? j0 + kBlock : V;
+    T block = 0;
+#pragma omp simd reduction(+ : block)
+    for (int j = j0; j < j1; ++j) {
+      const T e = fast_exp(T(z[j] - mx));
+      if constexpr (kStore) z[j] = e;
+      block += e;
+    }
+    sum += double(block);
   }
+  return sum;
+}
+
+// One row's loss and nll from its logits; returns sum_j exp(z_j - max) (with kStore, z then
+// holds exp(z_j - max)).
+template <bool kStore, class T>
+double row_loss(T* z, int V, int t, T eps, double* loss, double* nll) {
+  T mx = z[0];
+  double zsum = 0;
+  for (int j0 = 0; j0 < V; j0 += kBlock) {
+    const int j1 = j0 + kBlock < V ? j0 + kBlock : V;
+    T block = 0;
+#pragma omp simd reduction(max : mx) reduction(+ : block)
+    for (int j = j0; j < j1; ++j) {
+      mx = z[j] > mx ? z[j] : mx;
+      block += z[j];
+    }
+    zsum += double(block);
+  }
+  const T zt = z[t];
+  const double sum = exp_sum<kStore>(z, V, mx);
   const double lse = double(mx) + std::log(sum);
   const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
-  const double n = lse - double(z[t]);
+  const double n = lse - double(zt);
   const double smooth = V * lse - zsum;
   *nll = n;
   *loss = (1.0 - eps - eps_i) * n + eps_i * smooth;
-  *lse_out = T(lse);
+  return sum;
 }
 }  // namespace
 
@@ -41,13 +75,12 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
       continue;
     }
     double l, n;
-    T lse;
-    row_loss(z, V, target[i], eps, &l, &n, &lse);
+    const T inv_sum = T(1.0 / row_loss<true>(z, V, target[i], eps, &l, &n));  // z: exp(z - max)
     loss += l;
     nll += n;
     ntok += 1;
 #pragma omp simd
-    for (int j = 0; j < V; ++j) z[j] = grad_scale * (std::exp(z[j] - lse) - eps_i);
+    for (int j = 0; j < V; ++j) z[j] = grad_scale * (z[j] * inv_sum - eps_i);
     z[target[i]] -= grad_scale * (T(1) - eps - eps_i);
   }
   return {loss, nll, ntok};
@@ -61,8 +94,8 @@ LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t
   for (int i = 0; i < rows; ++i) {
     if (mask && !mask[i]) continue;
     double l, n;
-    T lse;
-    row_loss(logits + size_t(i) * V, V, target[i], eps, &l, &n, &lse);
+    // Not written: row_loss<false> only reads.
+    row_loss<false>(const_cast<T*>(logits) + size_t(i) * V, V, target[i], eps, &l, &n);
     loss += l;
     nll += n;
     ntok += 1;
