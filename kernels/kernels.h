@@ -54,6 +54,33 @@ template <class T>
 void attention_backward(const T* qkv, const T* probs, const T* dctx, int nseq, int seq_len, int d,
                         int heads, T* dqkv, T* scratch);
 
+// ---- general multi-head attention (translation: encoder, cross-attention, decoder) ----------
+// Queries q [nseq*tq, ldq], keys k and values v [nseq*tk, ldkv] (row strides explicit, so q, k, v
+// may be slices of one fused qkv buffer), each split into H heads of dh = d/H columns. Key j is
+// allowed for query i when (!causal || j <= i) and key_mask[s*tk + j] != 0 (key_mask may be
+// null). S = q k^T / sqrt(dh) over allowed keys, P = softmax(S) (a row without allowed keys is
+// all zero), Pd = P * keep / (1-p) when keep is given (attention dropout; keep [nseq,H,tq,tk]),
+// ctx = Pd v, ctx [nseq*tq, d]. probs keeps P (and probs_drop Pd when keep) for the backward.
+template <class T>
+void mha_forward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
+                 int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
+                 float p, T* probs, T* probs_drop, T* ctx);
+// dPd = dctx v^T; dP = dPd * keep/(1-p); dS = P * (dP - rowsum(P * dP));
+// dq = dS k / sqrt(dh); dk = dS^T q / sqrt(dh); dv = Pd^T dctx. dq, dk, dv overwritten (same
+// strides as q and k/v); scratch: nseq*heads*tq*tk elements.
+template <class T>
+void mha_backward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
+                  int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
+                  float p, const T* probs, const T* probs_drop, const T* dctx, T* dq, T* dk, T* dv,
+                  T* scratch);
+// Incremental decoding: one query row per sequence n (q [N, ldq]) against the first `len` keys
+// of its cache, k/v rows of sequence n at k + n*seq_stride + j*ldkv; key_mask [N, mask_stride]
+// or null. ctx [N, d] = softmax(q k^T / sqrt(dh)) v per head, no dropout (inference).
+template <class T>
+void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_t seq_stride,
+                    int N, int len, int d, int heads, const uint8_t* key_mask, int mask_stride,
+                    T* ctx);
+
 // ---- row normalisation (LayerNorm) ----------------------------------------------------------
 // y = gamma * (x - mu_i) * rstd_i + beta, rstd_i = 1/sqrt(var_i + eps); saves mu, rstd per row.
 template <class T>

@@ -1,6 +1,7 @@
 // Causal multi-head self-attention: qkv = x Wqkv^T + bqkv; ctx = softmax(q k^T/sqrt(dh)) v per
 // head with j <= i; y = ctx Wo^T + bo. Caches qkv, probabilities and ctx for the backward.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,37 @@ struct CausalSelfAttention {
   CausalSelfAttention(ParamStore<T>& s, const std::string& name, int d, int num_heads);
   void forward(const T* x, int num_seq, int seq_length, T* y);
   void backward(const T* x, const T* dy, T* dx);  // same x as forward; dx overwritten
+};
+
+
+// Multi-head attention of the translation model. Self-attention (cross = false):
+// q|k|v = x Wqkv^T + bqkv from one input, optionally causal; cross-attention (cross = true):
+// q = x Wq^T + bq from the decoder, k|v = mem Wkv^T + bkv from the encoder output. Keys may
+// carry a padding mask ([nseq, tk], 1 = real); attention dropout drops probabilities
+// (inverted, seeded). y = ctx Wo^T + bo. Caches its activations for the backward.
+template <class T>
+struct MultiheadAttention {
+  int dim = 0, heads = 0;
+  bool cross = false, causal = false;
+  Linear<T> qkv_proj;         // self: d -> 3d
+  Linear<T> q_proj, kv_proj;  // cross: d -> d, d -> 2d
+  Linear<T> out_proj;
+  std::vector<T> qkv, q, kv, probs, probs_drop, ctx, dqkv, dq, dkv, dctx, scratch;
+  std::vector<uint8_t> keep;
+  const uint8_t* key_mask = nullptr;  // of the last forward (owned by the caller's batch)
+  int nseq = 0, tq = 0, tk = 0;
+  float dropout_p = 0;
+
+  MultiheadAttention() = default;
+  MultiheadAttention(ParamStore<T>& s, const std::string& name, int d, int num_heads,
+                     bool is_cross, bool is_causal);
+  // x: [nseq*tq, d]; mem: [nseq*tk, d] (cross only, else ignored and tk = tq).
+  // attention_dropout > 0 draws its keep mask from dropout_seed (training only).
+  void forward(const T* x, const T* mem, int num_seq, int q_len, int k_len,
+               const uint8_t* key_padding_mask, T* y, float attention_dropout = 0,
+               uint64_t dropout_seed = 0);
+  // dx overwritten; dmem (cross only) accumulated (+=), since every decoder block adds to it.
+  void backward(const T* x, const T* mem, const T* dy, T* dx, T* dmem);
 };
 
 }  // namespace pn

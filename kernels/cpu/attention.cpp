@@ -4,6 +4,8 @@
 // Backward: dP = dctx V^T; dS = P * (dP - rowsum(P * dP)); dQ = dS K / sqrt(dh);
 //           dK = dS^T Q / sqrt(dh); dV = P^T dctx.
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -78,5 +80,147 @@ template void attention_backward<float>(const float*, const float*, const float*
                                         int, float*, float*);
 template void attention_backward<double>(const double*, const double*, const double*, int, int,
                                          int, int, double*, double*);
+
+}  // namespace pn::k
+
+// ---- general multi-head attention: causal and/or key-padding masks, attention dropout,
+// separate query and key/value sources (cross-attention). The math is above mha_forward in
+// kernels.h. Key padding: a padded key never receives probability, so a real query's output
+// and every gradient reaching a real token are independent of how much padding follows.
+namespace pn::k {
+
+namespace {
+inline bool key_allowed(bool causal, const uint8_t* key_mask, int i, int j) {
+  return (!causal || j <= i) && (!key_mask || key_mask[j]);
+}
+}  // namespace
+
+template <class T>
+void mha_forward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
+                 int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
+                 float p, T* probs, T* probs_drop, T* ctx) {
+  const int dh = d / heads;
+  const T scale = T(1) / std::sqrt(T(dh));
+  const T inv_keep = T(1) / (T(1) - T(p));
+#pragma omp parallel for schedule(dynamic) collapse(2)
+  for (int s = 0; s < nseq; ++s)
+    for (int h = 0; h < heads; ++h) {
+      const T* qs = q + size_t(s) * tq * ldq + size_t(h) * dh;
+      const T* ks = k + size_t(s) * tk * ldkv + size_t(h) * dh;
+      const T* vs = v + size_t(s) * tk * ldkv + size_t(h) * dh;
+      const uint8_t* km = key_mask ? key_mask + size_t(s) * tk : nullptr;
+      const size_t block = (size_t(s) * heads + h) * tq * tk;
+      T* P = probs + block;
+      gemm<T>(false, true, tq, tk, dh, scale, qs, ldq, ks, ldkv, T(0), P, tk);
+      for (int i = 0; i < tq; ++i) {
+        T* row = P + size_t(i) * tk;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (int j = 0; j < tk; ++j)
+          if (key_allowed(causal, km, i, j) && row[j] > mx) mx = row[j];
+        T sum = 0;
+        for (int j = 0; j < tk; ++j) {
+          row[j] = key_allowed(causal, km, i, j) ? std::exp(row[j] - mx) : T(0);
+          sum += row[j];
+        }
+        const T inv = sum > 0 ? T(1) / sum : T(0);
+        for (int j = 0; j < tk; ++j) row[j] *= inv;
+      }
+      const T* Pv = P;
+      if (keep) {
+        T* Pd = probs_drop + block;
+        const uint8_t* kp = keep + block;
+        for (size_t e = 0; e < size_t(tq) * tk; ++e) Pd[e] = kp[e] ? P[e] * inv_keep : T(0);
+        Pv = Pd;
+      }
+      gemm<T>(false, false, tq, dh, tk, T(1), Pv, tk, vs, ldkv, T(0),
+              ctx + size_t(s) * tq * d + size_t(h) * dh, d);
+    }
+}
+
+template <class T>
+void mha_backward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
+                  int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
+                  float p, const T* probs, const T* probs_drop, const T* dctx, T* dq, T* dk, T* dv,
+                  T* scratch) {
+  const int dh = d / heads;
+  const T scale = T(1) / std::sqrt(T(dh));
+  const T inv_keep = T(1) / (T(1) - T(p));
+#pragma omp parallel for schedule(dynamic) collapse(2)
+  for (int s = 0; s < nseq; ++s)
+    for (int h = 0; h < heads; ++h) {
+      const size_t qoff = size_t(s) * tq * ldq + size_t(h) * dh;
+      const size_t kvoff = size_t(s) * tk * ldkv + size_t(h) * dh;
+      const size_t block = (size_t(s) * heads + h) * tq * tk;
+      const T* P = probs + block;
+      const T* Pv = keep ? probs_drop + block : P;
+      T* dS = scratch + block;
+      const T* dc = dctx + size_t(s) * tq * d + size_t(h) * dh;
+      gemm<T>(false, true, tq, tk, dh, T(1), dc, d, v + kvoff, ldkv, T(0), dS, tk);  // dPd
+      for (int i = 0; i < tq; ++i) {
+        const T* pr = P + size_t(i) * tk;
+        T* g = dS + size_t(i) * tk;
+        if (keep) {
+          const uint8_t* kp = keep + block + size_t(i) * tk;
+          for (int j = 0; j < tk; ++j) g[j] = kp[j] ? g[j] * inv_keep : T(0);
+        }
+        T dot = 0;
+        for (int j = 0; j < tk; ++j) dot += pr[j] * g[j];
+        for (int j = 0; j < tk; ++j) g[j] = pr[j] * (g[j] - dot);  // 0 where P is 0 (masked)
+      }
+      gemm<T>(false, false, tq, dh, tk, scale, dS, tk, k + kvoff, ldkv, T(0), dq + qoff, ldq);
+      gemm<T>(true, false, tk, dh, tq, scale, dS, tk, q + qoff, ldq, T(0), dk + kvoff, ldkv);
+      gemm<T>(true, false, tk, dh, tq, T(1), Pv, tk, dc, d, T(0), dv + kvoff, ldkv);
+    }
+}
+
+template <class T>
+void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_t seq_stride,
+                    int N, int len, int d, int heads, const uint8_t* key_mask, int mask_stride,
+                    T* ctx) {
+  const int dh = d / heads;
+  const T scale = T(1) / std::sqrt(T(dh));
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < heads; ++h) {
+      std::vector<T> w(static_cast<size_t>(len), T(0));
+      const T* qn = q + size_t(n) * ldq + size_t(h) * dh;
+      const T* kn = k + size_t(n) * seq_stride + size_t(h) * dh;
+      const T* vn = v + size_t(n) * seq_stride + size_t(h) * dh;
+      const uint8_t* km = key_mask ? key_mask + size_t(n) * mask_stride : nullptr;
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int j = 0; j < len; ++j) {
+        if (km && !km[j]) continue;
+        T sdot = 0;
+        for (int c = 0; c < dh; ++c) sdot += qn[c] * kn[size_t(j) * ldkv + c];
+        w[j] = sdot * scale;
+        mx = w[j] > mx ? w[j] : mx;
+      }
+      T sum = 0;
+      for (int j = 0; j < len; ++j) {
+        w[j] = (km && !km[j]) ? T(0) : std::exp(w[j] - mx);
+        sum += w[j];
+      }
+      const T inv = sum > 0 ? T(1) / sum : T(0);
+      T* out = ctx + size_t(n) * d + size_t(h) * dh;
+      for (int c = 0; c < dh; ++c) out[c] = 0;
+      for (int j = 0; j < len; ++j) {
+        const T pj = w[j] * inv;
+        if (pj == T(0)) continue;
+        for (int c = 0; c < dh; ++c) out[c] += pj * vn[size_t(j) * ldkv + c];
+      }
+    }
+}
+
+#define PN_MHA_INSTANTIATE(T)                                                                  \
+  template void mha_forward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,   \
+                               bool, const uint8_t*, const uint8_t*, float, T*, T*, T*);          \
+  template void mha_backward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,  \
+                                bool, const uint8_t*, const uint8_t*, float, const T*, const T*,  \
+                                const T*, T*, T*, T*, T*);                                        \
+  template void attention_step<T>(const T*, int, const T*, const T*, int, size_t, int, int, int,  \
+                                  int, const uint8_t*, int, T*);
+PN_MHA_INSTANTIATE(float)
+PN_MHA_INSTANTIATE(double)
+#undef PN_MHA_INSTANTIATE
 
 }  // namespace pn::k
