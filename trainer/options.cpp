@@ -132,8 +132,64 @@ po::options_description describe(Options& o) {
     ("pn-eval-state", po::value(&o.pn_eval_state)->default_value(o.pn_eval_state),
      "rank-local norm state used for evaluation: rank0 or mean (over ranks)");
 
+  po::options_description mt("Translation (--arch transformer; sizes of the decoder: --decoder-*)");
+  mt.add_options()
+    ("arch", po::value(&o.arch)->default_value(o.arch),
+     "transformer_lm (decoder-only LM) or transformer (encoder-decoder translation)")
+    ("source-lang", po::value(&o.source_lang)->default_value(o.source_lang),
+     "source language: files <split>.<source-lang> in --data")
+    ("target-lang", po::value(&o.target_lang)->default_value(o.target_lang), "target language")
+    ("train-subset", po::value(&o.train_subset)->default_value(o.train_subset),
+     "split to train on (e.g. valid when only valid and test exist)")
+    ("valid-subset", po::value(&o.valid_subset)->default_value(o.valid_subset),
+     "split for validation loss")
+    ("gen-subset", po::value(&o.gen_subset)->default_value(o.gen_subset),
+     "split to translate and score with BLEU under --eval-only")
+    ("share-all-embeddings", po::bool_switch(&o.share_all_embeddings),
+     "one joint vocabulary from both sides of train; encoder, decoder and output share it")
+    ("encoder-layers", po::value(&o.encoder_layers)->default_value(o.encoder_layers),
+     "encoder blocks")
+    ("encoder-embed-dim", po::value(&o.encoder_embed_dim)->default_value(o.encoder_embed_dim),
+     "encoder dimension (must equal --decoder-embed-dim)")
+    ("encoder-attention-heads",
+     po::value(&o.encoder_attention_heads)->default_value(o.encoder_attention_heads),
+     "encoder attention heads")
+    ("encoder-ffn-embed-dim",
+     po::value(&o.encoder_ffn_embed_dim)->default_value(o.encoder_ffn_embed_dim),
+     "encoder feed-forward hidden dimension")
+    ("attention-dropout", po::value(&o.attention_dropout)->default_value(o.attention_dropout),
+     "dropout on attention probabilities")
+    ("encoder-norm-self", po::value(&o.encoder_norm_self)->default_value(o.encoder_norm_self),
+     "encoder norm before self-attention")
+    ("encoder-norm-ff", po::value(&o.encoder_norm_ff)->default_value(o.encoder_norm_ff),
+     "encoder norm before feed-forward")
+    ("encoder-norm-final", po::value(&o.encoder_norm_final)->default_value(o.encoder_norm_final),
+     "norm after the last encoder block")
+    ("decoder-norm-self", po::value(&o.decoder_norm_self)->default_value(o.decoder_norm_self),
+     "decoder norm before self-attention")
+    ("decoder-norm-cross",
+     po::value(&o.decoder_norm_cross)->default_value(o.decoder_norm_cross),
+     "decoder norm before cross-attention")
+    ("decoder-norm-ff", po::value(&o.decoder_norm_ff)->default_value(o.decoder_norm_ff),
+     "decoder norm before feed-forward")
+    ("decoder-norm-final", po::value(&o.decoder_norm_final)->default_value(o.decoder_norm_final),
+     "norm after the last decoder block")
+    ("beam", po::value(&o.beam)->default_value(o.beam), "beam size of --eval-only generation")
+    ("lenpen", po::value(&o.lenpen)->default_value(o.lenpen),
+     "length penalty: hypotheses rank by log-prob sum / length^lenpen")
+    ("max-len-a", po::value(&o.max_len_a)->default_value(o.max_len_a),
+     "generate at most a * source length + b tokens")
+    ("max-len-b", po::value(&o.max_len_b)->default_value(o.max_len_b), "see --max-len-a")
+    ("remove-bpe", po::value(&o.remove_bpe)->implicit_value("@@ "),
+     "remove BPE continuation markers (default '@@ ') from hypotheses and references")
+    ("bleu-lowercase", po::bool_switch(&o.bleu_lowercase), "case-insensitive BLEU")
+    ("gen-max-sentences", po::value(&o.gen_max_sentences)->default_value(o.gen_max_sentences),
+     "translate only the first N sentences of --gen-subset (0: all)")
+    ("results-path", po::value(&o.results_path),
+     "write the hypotheses to this file (one line per sentence; .r<rank> per rank)");
+
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run).add(dist);
+  all.add(data).add(model).add(optim).add(run).add(dist).add(mt);
   return all;
 }
 
@@ -179,6 +235,15 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
     if (vm["norm-self"].defaulted()) o.norm_self = o.norm;
     if (vm["norm-ff"].defaulted()) o.norm_ff = o.norm;
     if (vm["norm-final"].defaulted()) o.norm_final = o.norm;
+    for (auto [flag, place] : {std::pair<const char*, std::string*>{"encoder-norm-self",
+                                                                   &o.encoder_norm_self},
+                               {"encoder-norm-ff", &o.encoder_norm_ff},
+                               {"encoder-norm-final", &o.encoder_norm_final},
+                               {"decoder-norm-self", &o.decoder_norm_self},
+                               {"decoder-norm-cross", &o.decoder_norm_cross},
+                               {"decoder-norm-ff", &o.decoder_norm_ff},
+                               {"decoder-norm-final", &o.decoder_norm_final}})
+      if (vm[flag].defaulted()) *place = o.norm;
   }
   *out = o;
   return true;
@@ -215,6 +280,30 @@ void validate_options(const Options& o) {
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
   if (o.pn_eval_state != "rank0" && o.pn_eval_state != "mean")
     fail("--pn-eval-state '" + o.pn_eval_state + "' is unknown: use rank0 or mean");
+  if (o.arch != "transformer_lm" && o.arch != "transformer")
+    fail("--arch '" + o.arch + "' is unknown: use transformer_lm or transformer");
+  if (o.arch == "transformer") {
+    if (o.encoder_embed_dim != o.decoder_embed_dim)
+      fail("--encoder-embed-dim " + std::to_string(o.encoder_embed_dim) +
+           " must equal --decoder-embed-dim " + std::to_string(o.decoder_embed_dim) +
+           " (cross-attention maps one onto the other)");
+    if (o.encoder_layers < 0 || o.encoder_ffn_embed_dim < 1) fail("model sizes must be positive");
+    if (o.encoder_attention_heads < 1 || o.encoder_embed_dim % o.encoder_attention_heads)
+      fail("--encoder-attention-heads " + std::to_string(o.encoder_attention_heads) +
+           " must divide --encoder-embed-dim " + std::to_string(o.encoder_embed_dim));
+    if (o.attention_dropout < 0 || o.attention_dropout >= 1)
+      fail("--attention-dropout must be in [0, 1)");
+    if (o.beam < 1) fail("--beam must be at least 1");
+    if (o.stats_batch_tokens > 0)
+      fail("--stats-batch-tokens is not supported with --arch transformer (padded batches)");
+    if (o.data == "builtin")
+      fail("--arch transformer needs --data DIR with <split>.<source-lang> and "
+           "<split>.<target-lang> files");
+    for (const std::string& n :
+         {o.encoder_norm_self, o.encoder_norm_ff, o.encoder_norm_final, o.decoder_norm_self,
+          o.decoder_norm_cross, o.decoder_norm_ff, o.decoder_norm_final})
+      if (!is_norm_kind(n)) fail("unknown norm '" + n + "' (see --norm in pntrain --help)");
+  }
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
       std::string known;

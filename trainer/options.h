@@ -56,6 +56,25 @@ struct Options {
   bool eval_only = false;
   int patience = 0;               // stop after N validations without improvement (0: off)
   std::string pn_eval_state = "rank0";  // rank-local norm state used in evaluation: rank0|mean
+  // translation (issue 8): --arch transformer; --data holds <split>.<lang> files
+  std::string arch = "transformer_lm";  // transformer_lm | transformer
+  std::string source_lang = "de", target_lang = "en";
+  std::string train_subset = "train", valid_subset = "valid", gen_subset = "test";
+  bool share_all_embeddings = false;
+  int encoder_layers = 2, encoder_embed_dim = 128, encoder_attention_heads = 4,
+      encoder_ffn_embed_dim = 512;
+  double attention_dropout = 0.0;
+  std::string encoder_norm_self = "layer", encoder_norm_ff = "layer",
+              encoder_norm_final = "layer";
+  std::string decoder_norm_self = "layer", decoder_norm_cross = "layer",
+              decoder_norm_ff = "layer", decoder_norm_final = "layer";
+  int beam = 5;                   // beam search width (--eval-only of a translation model)
+  double lenpen = 1.0;            // score / length^lenpen
+  double max_len_a = 0, max_len_b = 200;  // generated length <= a * source length + b
+  std::string remove_bpe;         // continuation marker to remove ("@@ "), "" keeps BPE
+  bool bleu_lowercase = false;    // case-insensitive BLEU (multi-bleu.perl -lc)
+  int gen_max_sentences = 0;      // decode only the first N sentences of --gen-subset (0: all)
+  std::string results_path;       // write hypotheses here (rank r appends .r<r> when ranks > 1)
   std::string config;
 };
 

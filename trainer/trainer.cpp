@@ -50,6 +50,40 @@ ModelConfig model_config(const Options& o, int vocab) {
   return c;
 }
 
+TranslationConfig translation_config(const Options& o, int src_vocab, int tgt_vocab) {
+  TranslationConfig c;
+  c.src_vocab = src_vocab;
+  c.tgt_vocab = tgt_vocab;
+  c.share_all_embeddings = o.share_all_embeddings;
+  c.dim = o.encoder_embed_dim;
+  c.encoder_layers = o.encoder_layers;
+  c.encoder_heads = o.encoder_attention_heads;
+  c.encoder_ffn_dim = o.encoder_ffn_embed_dim;
+  c.decoder_layers = o.decoder_layers;
+  c.decoder_heads = o.decoder_attention_heads;
+  c.decoder_ffn_dim = o.decoder_ffn_embed_dim;
+  c.max_len = 1024;
+  c.dropout = o.dropout;
+  c.attention_dropout = o.attention_dropout;
+  c.label_smoothing = o.label_smoothing;
+  // Every place shares the flat norm options (eps, momenta, PN warmup) with its own kind;
+  // `group` defaults to its side's number of heads.
+  auto place = [&](const std::string& kind, int heads) {
+    NormOptions n = norm_options(o, "self");
+    n.kind = kind;
+    if (o.norm_groups <= 0) n.groups = heads;
+    return n;
+  };
+  c.enc_norm_self = place(o.encoder_norm_self, c.encoder_heads);
+  c.enc_norm_ff = place(o.encoder_norm_ff, c.encoder_heads);
+  c.enc_norm_final = place(o.encoder_norm_final, c.encoder_heads);
+  c.dec_norm_self = place(o.decoder_norm_self, c.decoder_heads);
+  c.dec_norm_cross = place(o.decoder_norm_cross, c.decoder_heads);
+  c.dec_norm_ff = place(o.decoder_norm_ff, c.decoder_heads);
+  c.dec_norm_final = place(o.decoder_norm_final, c.decoder_heads);
+  return c;
+}
+
 Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
     : opt_(options), comm_(comm), corpus_(std::move(corpus)) {
   if (comm_.size() > 1 && opt_.comm_timeout > 0) {
@@ -59,8 +93,26 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
   }
   model_ = std::make_unique<LanguageModel<float>>(model_config(opt_, corpus_.vocab.size()),
                                                   opt_.seed, &comm_);
+  setup();
+}
+
+Trainer::Trainer(const Options& options, Communicator& comm, ParallelCorpus corpus)
+    : opt_(options), comm_(comm), parallel_(std::move(corpus)) {
+  if (comm_.size() > 1 && opt_.comm_timeout > 0) {
+    comm_.timeout_s = opt_.comm_timeout + 10;
+    watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
+  }
+  if (!opt_.probe_norm_stats.empty())
+    throw std::invalid_argument("--probe-norm-stats is not supported with --arch transformer yet");
+  mt_ = std::make_unique<TranslationModel<float>>(
+      translation_config(opt_, parallel_.src_vocab.size(), parallel_.tgt_vocab.size()), opt_.seed,
+      &comm_);
+  setup();
+}
+
+void Trainer::setup() {
   // Every rank initialises from the same seed; the broadcast makes identity a fact, not a hope.
-  comm_.broadcast(model_->params.data.data(), model_->params.data.size() * sizeof(float), 0);
+  comm_.broadcast(params().data.data(), params().data.size() * sizeof(float), 0);
   if (!opt_.probe_norm_stats.empty()) {
     std::set<std::string> chosen;
     std::stringstream list(opt_.probe_norm_stats);
@@ -80,8 +132,8 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
     if (all || chosen.count("final")) probed_.emplace_back("final", model_->norm_final.get());
     for (auto& [name, norm] : probed_) norm->probed()->probe = true;
   }
-  adam_m_.assign(model_->params.size(), 0.0f);
-  adam_v_.assign(model_->params.size(), 0.0f);
+  adam_m_.assign(params().size(), 0.0f);
+  adam_v_.assign(params().size(), 0.0f);
   std::string restore = opt_.restore_file;
   if (restore.empty() && !opt_.save_dir.empty()) restore = last_checkpoint(opt_.save_dir);
   if (!restore.empty()) restore_checkpoint(restore);
@@ -95,6 +147,43 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
 }
 
 void Trainer::log_model_summary() {
+  if (mt_) {
+    const auto& c = mt_->config;
+    const ParallelCorpus& p = parallel_;
+    LOG(INFO) << "parallel corpus " << p.name << " (" << p.source_lang << " -> " << p.target_lang
+              << "): vocabulary " << p.src_vocab.size() << " / " << p.tgt_vocab.size()
+              << (p.joint ? " (joint)" : "") << ", train " << p.train.size()
+              << " pairs, valid " << p.valid.size() << ", test " << p.test.size();
+    LOG(INFO) << "model: transformer, d " << c.dim << ", encoder " << c.encoder_layers
+              << " layers (" << c.encoder_heads << " heads, ffn " << c.encoder_ffn_dim
+              << ", norms self=" << c.enc_norm_self.kind << " ff=" << c.enc_norm_ff.kind
+              << " final=" << c.enc_norm_final.kind << "), decoder " << c.decoder_layers
+              << " layers (" << c.decoder_heads << " heads, ffn " << c.decoder_ffn_dim
+              << ", norms self=" << c.dec_norm_self.kind << " cross=" << c.dec_norm_cross.kind
+              << " ff=" << c.dec_norm_ff.kind << " final=" << c.dec_norm_final.kind
+              << "), dropout " << c.dropout << ", attention dropout " << c.attention_dropout
+              << (c.share_all_embeddings ? ", shared embeddings" : "");
+  } else {
+    log_lm_summary();
+  }
+  std::ostringstream table;
+  size_t shown = 0;
+  for (const auto& s : params().specs) {
+    if (shown++ < 12 || s.name.find("layers.") == std::string::npos) {
+      std::string shape;
+      for (int v : s.shape) shape += (shape.empty() ? "" : "x") + std::to_string(v);
+      table << "\n  " << std::left << std::setw(44) << s.name << std::setw(12) << shape
+            << s.numel;
+    }
+  }
+  LOG(INFO) << "parameters (first tensors):" << table.str() << "\n  total "
+            << params().size() << " parameters in one buffer";
+  LOG(INFO) << "ranks " << comm_.size() << " (" << comm_.name() << "), threads per rank "
+            << num_threads() << ", tokens per update "
+            << int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq;
+}
+
+void Trainer::log_lm_summary() {
   const auto& c = model_->config;
   LOG(INFO) << "corpus " << corpus_.name << ": vocabulary " << corpus_.vocab.size()
             << ", train " << corpus_.train.size() << " tokens, valid " << corpus_.valid.size()
@@ -107,21 +196,6 @@ void Trainer::log_model_summary() {
             << " heads, ffn " << c.ffn_dim << ", norms self=" << c.norm_self.kind
             << " ff=" << c.norm_ff.kind << " final=" << c.norm_final.kind << ", dropout "
             << c.dropout;
-  std::ostringstream table;
-  size_t shown = 0;
-  for (const auto& s : model_->params.specs) {
-    if (shown++ < 12 || s.name.rfind("layers.", 0) != 0) {
-      std::string shape;
-      for (int v : s.shape) shape += (shape.empty() ? "" : "x") + std::to_string(v);
-      table << "\n  " << std::left << std::setw(44) << s.name << std::setw(12) << shape
-            << s.numel;
-    }
-  }
-  LOG(INFO) << "parameters (first tensors):" << table.str() << "\n  total "
-            << model_->params.size() << " parameters in one buffer";
-  LOG(INFO) << "ranks " << comm_.size() << " (" << comm_.name() << "), threads per rank "
-            << num_threads() << ", tokens per update "
-            << int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq;
 }
 
 void Trainer::write_metrics(const std::string& line) {
@@ -131,11 +205,11 @@ void Trainer::write_metrics(const std::string& line) {
   }
 }
 
-EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
+void Trainer::with_eval_state(const std::function<void()>& fn) {
   // Rank-local norm state (PN, local BN/PN-V) differs across ranks: evaluate every share with
   // rank 0's state (or the mean over ranks), then give each rank its own state back.
   std::vector<std::vector<double>> own;
-  const auto norms = model_->norms();
+  const auto norms = this->norms();
   if (comm_.size() > 1) {
     for (Norm<float>* n : norms)
       for (const StateTensor& t : n->state()) {
@@ -148,31 +222,98 @@ EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
         }
       }
   }
-  SampleSet set(stream, opt_.tokens_per_sample, /*keep_tail=*/true);
-  int64_t begin, end;
-  rank_share(set.count, comm_.rank(), comm_.size(), &begin, &end);
-  const int64_t per_batch = std::max(1, opt_.max_tokens / opt_.tokens_per_sample);
-  double sums[3] = {0, 0, 0};
-  Batch batch;
-  std::vector<int64_t> ids;
-  for (int64_t s = begin; s < end; s += per_batch) {
-    if (watchdog_) watchdog_->beat("evaluation");
-    ids.clear();
-    for (int64_t i = s; i < std::min(end, s + per_batch); ++i) ids.push_back(i);
-    set.make_batch(ids, &batch);
-    const k::LossSums r = model_->evaluate(batch);
-    sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
-  }
-  comm_.allreduce_sum(sums, 3);
+  fn();
   size_t k = 0;
   for (Norm<float>* n : norms)
     for (const StateTensor& t : n->state())
       if (k < own.size()) std::copy(own[k].begin(), own[k].end(), t.data), ++k;
+}
+
+namespace {
+EvalResult per_token(const double sums[3]) {
   EvalResult e;
   e.ntokens = sums[2];
   e.loss = sums[2] > 0 ? sums[0] / sums[2] : 0;
   e.nll = sums[2] > 0 ? sums[1] / sums[2] : 0;
   return e;
+}
+}  // namespace
+
+EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
+  double sums[3] = {0, 0, 0};
+  with_eval_state([&] {
+    SampleSet set(stream, opt_.tokens_per_sample, /*keep_tail=*/true);
+    int64_t begin, end;
+    rank_share(set.count, comm_.rank(), comm_.size(), &begin, &end);
+    const int64_t per_batch = std::max(1, opt_.max_tokens / opt_.tokens_per_sample);
+    Batch batch;
+    std::vector<int64_t> ids;
+    for (int64_t s = begin; s < end; s += per_batch) {
+      if (watchdog_) watchdog_->beat("evaluation");
+      ids.clear();
+      for (int64_t i = s; i < std::min(end, s + per_batch); ++i) ids.push_back(i);
+      set.make_batch(ids, &batch);
+      const k::LossSums r = model_->evaluate(batch);
+      sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
+    }
+  });
+  comm_.allreduce_sum(sums, 3);
+  return per_token(sums);
+}
+
+EvalResult Trainer::evaluate(const ParallelSplit& split) {
+  // Length-sorted batches of --max-tokens; rank r takes a contiguous share of them.
+  double sums[3] = {0, 0, 0};
+  with_eval_state([&] {
+    const auto batches = length_batches(split, opt_.max_tokens);
+    int64_t begin, end;
+    rank_share(int64_t(batches.size()), comm_.rank(), comm_.size(), &begin, &end);
+    ParallelBatch batch;
+    for (int64_t i = begin; i < end; ++i) {
+      if (watchdog_) watchdog_->beat("evaluation");
+      make_parallel_batch(split, batches[size_t(i)], &batch);
+      const k::LossSums r = mt_->evaluate(batch);
+      sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
+    }
+  });
+  comm_.allreduce_sum(sums, 3);
+  return per_token(sums);
+}
+
+GenerateResult Trainer::generate(const ParallelSplit& split, const GenerateOptions& g,
+                                 bool remove_bpe_markers, bool lowercase) {
+  GenerateResult out;
+  const int64_t n = opt_.gen_max_sentences > 0
+                        ? std::min<int64_t>(opt_.gen_max_sentences, int64_t(split.size()))
+                        : int64_t(split.size());
+  int64_t begin, end;
+  rank_share(n, comm_.rank(), comm_.size(), &begin, &end);
+  out.first = begin;
+  const std::vector<std::vector<int32_t>> srcs(split.src.begin() + begin,
+                                               split.src.begin() + end);
+  std::vector<Hypothesis> hyps;
+  with_eval_state([&] { hyps = beam_search(*mt_, srcs, g); });
+  const Vocabulary& tv = parallel_.tgt_vocab;
+  for (int64_t i = begin; i < end; ++i) {
+    std::string line;
+    for (int32_t t : hyps[size_t(i - begin)].tokens)
+      line += (line.empty() ? "" : " ") + tv.words[size_t(t)];
+    std::string ref = split.tgt_text[size_t(i)];
+    if (remove_bpe_markers) {
+      line = remove_bpe(line, opt_.remove_bpe.empty() ? "@@ " : opt_.remove_bpe);
+      ref = remove_bpe(ref, opt_.remove_bpe.empty() ? "@@ " : opt_.remove_bpe);
+    }
+    out.bleu.add(bleu_tokens(line, lowercase), bleu_tokens(ref, lowercase));
+    out.hyps.push_back(std::move(line));
+  }
+  // BLEU's sufficient statistics add over sentences, so the corpus score is exact across ranks.
+  double stats[10];
+  for (int i = 0; i < 4; ++i) stats[i] = out.bleu.matches[i], stats[4 + i] = out.bleu.totals[i];
+  stats[8] = out.bleu.hyp_len, stats[9] = out.bleu.ref_len;
+  comm_.allreduce_sum(stats, 10);
+  for (int i = 0; i < 4; ++i) out.bleu.matches[i] = stats[i], out.bleu.totals[i] = stats[4 + i];
+  out.bleu.hyp_len = stats[8], out.bleu.ref_len = stats[9];
+  return out;
 }
 
 namespace {
@@ -211,7 +352,7 @@ double peak_rss_mb() {
 // Buckets of the flat gradient buffer, from its end (the first parameters the backward
 // finishes with) to its start; each is all-reduced as soon as the backward is past it.
 void Trainer::plan_buckets() {
-  const size_t n = model_->params.size();
+  const size_t n = params().size();
   const size_t per = opt_.bucket_mb > 0 ? std::max<size_t>(1, size_t(opt_.bucket_mb * 262144.0))
                                         : n;  // floats per bucket
   buckets_.clear();
@@ -225,10 +366,10 @@ void Trainer::plan_buckets() {
 void Trainer::check_consistency(int64_t update) {
   // Per-tensor checksums (sum of the raw bits as integers, exact and order-free) compared
   // against rank 0's; the first differing tensor is named.
-  const auto& specs = model_->params.specs;
+  const auto& specs = params().specs;
   std::vector<double> mine(specs.size()), ref;
   for (size_t i = 0; i < specs.size(); ++i) {
-    const uint32_t* bits = reinterpret_cast<const uint32_t*>(model_->params.p(int(i)));
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(params().p(int(i)));
     uint64_t sum = 0;
     for (size_t j = 0; j < specs[i].numel; ++j) sum += bits[j] * (j % 65521 + 1);
     mine[i] = double(sum % (uint64_t(1) << 52));
@@ -252,30 +393,68 @@ void Trainer::check_consistency(int64_t update) {
 }
 
 TrainResult Trainer::train() {
-  SampleSet train_set(corpus_.train, opt_.tokens_per_sample, /*keep_tail=*/false);
-  if (train_set.count == 0)
-    throw std::runtime_error("the training data holds fewer than " +
-                             std::to_string(opt_.tokens_per_sample + 1) +
-                             " tokens: lower --tokens-per-sample or give more text");
-  SampleOrder order(train_set.count, opt_.seed);
   const int R = comm_.size(), rank = comm_.rank();
   const Fault fault = parse_fault(opt_.debug_fault);
-  // Samples per micro-batch over all ranks: the update's tokens do not depend on how it is split.
-  const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
-  const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
-  auto& params = model_->params;
+  // The task's half of the loop: micro_step runs this rank's share of one micro-batch of an
+  // update through the model (forward and backward); epoch_of places an update in the data.
+  using GradsReady = std::function<void(size_t)>;
+  std::function<k::LossSums(int64_t, int, uint64_t, const GradsReady&)> micro_step;
+  std::function<double(int64_t)> epoch_of;
+  std::unique_ptr<SampleSet> train_set;
+  std::unique_ptr<SampleOrder> order;
+  std::vector<std::vector<int64_t>> update_batches;
+  Batch batch;
+  ParallelBatch pbatch;
+  std::vector<int64_t> ids, positions;
+  if (mt_) {
+    // SPEC 5 for padded batches (translation_data.h): update batches of the global tokens per
+    // update, visited in a seeded order, cut into update_freq x ranks contiguous pieces.
+    update_batches = length_batches(parallel_.train, int64_t(opt_.max_tokens) * R *
+                                                         opt_.update_freq);
+    if (update_batches.empty())
+      throw std::runtime_error("the training split '" + opt_.train_subset + "' is empty");
+    order = std::make_unique<SampleOrder>(int64_t(update_batches.size()), opt_.seed);
+    epoch_of = [&](int64_t update) { return double(update) / double(update_batches.size()); };
+    micro_step = [&](int64_t update, int micro, uint64_t dseed, const GradsReady& ready) {
+      const auto& ub = update_batches[size_t(order->sample(update))];
+      make_parallel_batch(parallel_.train,
+                          batch_piece(ub, micro * R + rank, opt_.update_freq * R), &pbatch);
+      return mt_->forward_backward(pbatch, 1.0f, dseed, ready);
+    };
+  } else {
+    train_set = std::make_unique<SampleSet>(corpus_.train, opt_.tokens_per_sample,
+                                            /*keep_tail=*/false);
+    if (train_set->count == 0)
+      throw std::runtime_error("the training data holds fewer than " +
+                               std::to_string(opt_.tokens_per_sample + 1) +
+                               " tokens: lower --tokens-per-sample or give more text");
+    order = std::make_unique<SampleOrder>(train_set->count, opt_.seed);
+    // Samples per micro-batch over all ranks: the update's tokens do not depend on its split.
+    const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
+    const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
+    epoch_of = [&, micro_samples](int64_t update) {
+      return double(update * opt_.update_freq * micro_samples) / double(train_set->count);
+    };
+    micro_step = [&, micro_samples, stats_groups](int64_t update, int micro, uint64_t dseed,
+                                                  const GradsReady& ready) {
+      const int64_t g0 = (update * opt_.update_freq + micro) * micro_samples;
+      rank_samples(g0, micro_samples, stats_groups, rank, R, &positions);
+      ids.clear();
+      for (int64_t p : positions) ids.push_back(order->sample(p));
+      train_set->make_batch(ids, &batch);
+      return model_->forward_backward(batch, 1.0f, dseed, ready);
+    };
+  }
+  auto& params = this->params();
   const size_t nparam = params.size();
   plan_buckets();
   TrainResult result;
-  Batch batch;
-  std::vector<int64_t> ids, positions;
   const double t_start = now_s();
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
   int bad_in_row = 0, validations_without_gain = 0;
   double best_valid = std::numeric_limits<double>::infinity();
   for (int64_t update = start_update_; update < opt_.max_update; ++update) {
-    const int64_t first = update * opt_.update_freq * micro_samples;
-    if (opt_.max_epoch > 0 && first / train_set.count >= opt_.max_epoch) {
+    if (opt_.max_epoch > 0 && epoch_of(update) >= opt_.max_epoch) {
       if (rank == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
       break;
     }
@@ -297,17 +476,12 @@ TrainResult Trainer::train() {
     double sums[3] = {0, 0, 0};  // loss, nll, target tokens of this rank
     for (int micro = 0; micro < opt_.update_freq; ++micro) {
       if (watchdog_) watchdog_->beat("a training micro-step");
-      const int64_t g0 = first + int64_t(micro) * micro_samples;
-      rank_samples(g0, micro_samples, stats_groups, rank, R, &positions);
-      ids.clear();
-      for (int64_t p : positions) ids.push_back(order.sample(p));
-      train_set.make_batch(ids, &batch);
       const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
       // Gradients are reduced once per update: buckets start during the last backward.
       const bool last_micro = micro + 1 == opt_.update_freq;
       const bool overlap = last_micro && R > 1 && opt_.bucket_mb > 0;
-      const k::LossSums r = model_->forward_backward(
-          batch, 1.0f, dseed, overlap ? LanguageModel<float>::GradsReady([&](size_t begin) {
+      const k::LossSums r = micro_step(
+          update, micro, dseed, overlap ? GradsReady([&](size_t begin) {
             for (Bucket& bk : buckets_) {
               if (bk.request < 0 && bk.begin >= begin)
                 bk.request = comm_.iallreduce_sum(params.grad.data() + bk.begin,
@@ -317,7 +491,8 @@ TrainResult Trainer::train() {
             }
           })
                                       : nullptr);
-      fwd_s += model_->forward_s, bwd_s += model_->backward_s;
+      fwd_s += mt_ ? mt_->forward_s : model_->forward_s;
+      bwd_s += mt_ ? mt_->backward_s : model_->backward_s;
       sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
     }
     if (fault.kind == "nan" && fault.update == update + 1) sums[0] = sums[1] = NAN;
@@ -400,7 +575,7 @@ TrainResult Trainer::train() {
       if ((update + 1) % opt_.log_interval == 0 || update == 0) {
         std::ostringstream line;
         line << std::fixed << std::setprecision(3) << "update " << update + 1 << " | epoch "
-             << std::setprecision(2) << double(first) / train_set.count << std::setprecision(3)
+             << std::setprecision(2) << epoch_of(update) << std::setprecision(3)
              << " | loss " << log_loss / log_tokens << " | nll " << log_nll / log_tokens
              << " | ppl " << std::setprecision(2) << std::exp(log_nll / log_tokens)
              << std::scientific << std::setprecision(3) << " | lr " << lr << std::fixed
@@ -418,7 +593,7 @@ TrainResult Trainer::train() {
     bool stop = false;
     if (opt_.validate_interval_updates > 0 &&
         ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
-      const EvalResult v = evaluate(corpus_.valid);
+      const EvalResult v = mt_ ? evaluate(parallel_.valid) : evaluate(corpus_.valid);
       result.valid_nll = v.nll;
       if (rank == 0) {
         LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
@@ -471,7 +646,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
       (fs::path(opt_.save_dir) / (name.empty() ? "checkpoint_" + std::to_string(update) : name))
           .string();
   const std::string dir = name.empty() ? final_dir : final_dir + ".new";
-  if (!k::all_finite(model_->params.data.data(), model_->params.size())) {
+  if (!k::all_finite(params().data.data(), params().size())) {
     if (comm_.rank() == 0)
       LOG(ERROR) << "checkpoint " << final_dir << " not saved: parameters are not finite";
     return false;
@@ -483,7 +658,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
     CheckpointFile rank_file;
     rank_file.header = {{"update", update}, {"rank", comm_.rank()}, {"world_size", comm_.size()}};
     nlohmann::json tensors = nlohmann::json::array();
-    const auto norms = model_->norms();
+    const auto norms = this->norms();
     for (size_t l = 0; l < norms.size(); ++l)
       for (const StateTensor& t : norms[l]->state()) {
         tensors.push_back({{"layer", l}, {"name", t.name}, {"n", t.n}});
@@ -500,9 +675,9 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
                            {"seed", opt_.seed},
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
-                           {"params", param_table(model_->params)}};
-      model_file.payload.reserve(3 * model_->params.size() * sizeof(float));
-      append(&model_file.payload, model_->params.data);
+                           {"params", param_table(params())}};
+      model_file.payload.reserve(3 * params().size() * sizeof(float));
+      append(&model_file.payload, params().data);
       append(&model_file.payload, adam_m_);
       append(&model_file.payload, adam_v_);
       write_checkpoint_file(dir + "/model.bin", model_file);
@@ -541,7 +716,7 @@ void Trainer::restore_checkpoint(const std::string& dir) {
     throw std::runtime_error("'" + dir + "' is not a complete checkpoint (no DONE marker): " +
                              "pass another --restore-file");
   const CheckpointFile m = read_checkpoint_file(dir + "/model.bin");
-  const nlohmann::json want = param_table(model_->params);
+  const nlohmann::json want = param_table(params());
   const nlohmann::json& have = m.header.at("params");
   if (have != want) {
     std::string what = "a different number of tensors";
@@ -553,17 +728,17 @@ void Trainer::restore_checkpoint(const std::string& dir) {
     throw std::runtime_error("checkpoint '" + dir + "' is from another model shape (" + what +
                              "): use the --decoder-*, --norm* flags and data it was trained with");
   }
-  const size_t n = model_->params.size();
+  const size_t n = params().size();
   if (m.payload.size() != 3 * n * sizeof(float))
     throw std::runtime_error("checkpoint '" + dir + "/model.bin' has the wrong payload size");
-  std::memcpy(model_->params.data.data(), m.payload.data(), n * sizeof(float));
+  std::memcpy(params().data.data(), m.payload.data(), n * sizeof(float));
   std::memcpy(adam_m_.data(), m.payload.data() + n * sizeof(float), n * sizeof(float));
   std::memcpy(adam_v_.data(), m.payload.data() + 2 * n * sizeof(float), n * sizeof(float));
   start_update_ = m.header.at("update").get<int64_t>();
   restored_ = true;
   const int saved_world = m.header.at("world_size").get<int>();
   // Norm running state: this rank's own file, or the mean over the saved ranks.
-  const auto norms = model_->norms();
+  const auto norms = this->norms();
   std::vector<int> sources;
   if (saved_world == comm_.size()) {
     sources = {comm_.rank()};

@@ -2,13 +2,18 @@
 // progress lines and a metrics file. Talks to other ranks only through the Communicator.
 #pragma once
 #include <fstream>
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
 #include "model/lm.h"
+#include "model/translation.h"
+#include "trainer/beam_search.h"
+#include "trainer/bleu.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
+#include "trainer/translation_data.h"
 
 namespace pn {
 
@@ -23,18 +28,44 @@ struct EvalResult {
   double loss = 0, nll = 0, ntokens = 0;  // per token
 };
 
+struct GenerateResult {
+  BleuStats bleu;                   // summed over every rank's sentences
+  std::vector<std::string> hyps;    // this rank's share of the hypotheses (BPE removed if asked)
+  int64_t first = 0;                // index of this rank's first sentence in the split
+};
+
+// One training loop for both tasks: --arch transformer_lm (a Corpus, LanguageModel) and
+// --arch transformer (a ParallelCorpus, TranslationModel). Only the batches and the model's
+// forward/backward differ (train()'s `micro_step`); accumulation, the gradient all-reduce, the
+// NaN guard, checkpoints, validation and metrics are shared.
 class Trainer {
  public:
   Trainer(const Options& options, Communicator& comm, Corpus corpus);
+  Trainer(const Options& options, Communicator& comm, ParallelCorpus corpus);
   TrainResult train();
-  EvalResult evaluate(const std::vector<int32_t>& stream);
+  EvalResult evaluate(const std::vector<int32_t>& stream);  // language model
+  EvalResult evaluate(const ParallelSplit& split);          // translation
+  // Beam search over this rank's contiguous share of the split, BLEU of all ranks' shares
+  // against the split's target lines (both BPE-removed when remove_bpe is set).
+  GenerateResult generate(const ParallelSplit& split, const GenerateOptions& g, bool remove_bpe,
+                          bool lowercase);
   LanguageModel<float>& model() { return *model_; }
+  TranslationModel<float>& translation_model() { return *mt_; }
+  bool is_translation() const { return mt_ != nullptr; }
   int64_t start_update() const { return start_update_; }
   bool restored() const { return restored_; }
   const Corpus& corpus() const { return corpus_; }
+  const ParallelCorpus& parallel_corpus() const { return parallel_; }
+  ParamStore<float>& params() { return mt_ ? mt_->params : model_->params; }
+  std::vector<Norm<float>*> norms() { return mt_ ? mt_->norms() : model_->norms(); }
 
  private:
+  void setup();  // what both constructors share, once the model exists
+  // Runs fn with the evaluation's norm state (rank 0's or the mean over ranks, --pn-eval-state)
+  // and gives every rank its own rank-local state back afterwards.
+  void with_eval_state(const std::function<void()>& fn);
   void log_model_summary();
+  void log_lm_summary();
   // Saves checkpoint_<update> (all ranks take part). Returns false and warns on failure,
   // leaving the previous checkpoint intact.
   bool save_checkpoint(int64_t update, const std::string& name = "");
@@ -46,7 +77,9 @@ class Trainer {
   Options opt_;
   Communicator& comm_;
   Corpus corpus_;
-  std::unique_ptr<LanguageModel<float>> model_;
+  ParallelCorpus parallel_;
+  std::unique_ptr<LanguageModel<float>> model_;   // --arch transformer_lm
+  std::unique_ptr<TranslationModel<float>> mt_;   // --arch transformer
   std::vector<float> adam_m_, adam_v_;
   std::ofstream metrics_;
   int64_t start_update_ = 0;
@@ -61,5 +94,6 @@ class Trainer {
 };
 
 ModelConfig model_config(const Options& o, int vocab);
+TranslationConfig translation_config(const Options& o, int src_vocab, int tgt_vocab);
 
 }  // namespace pn

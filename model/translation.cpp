@@ -1,0 +1,368 @@
+#include "model/translation.h"
+
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace pn {
+
+namespace {
+// Dropout sites, each with its own mask stream drawn from (micro-step seed, site).
+enum Site : uint64_t { kSrcEmbed = 0, kTgtEmbed = 1, kFirstBlock = 2 };
+constexpr uint64_t kEncSites = 3, kDecSites = 5;
+}  // namespace
+
+template <class T>
+TranslationModel<T>::TranslationModel(const TranslationConfig& c, uint64_t seed,
+                                      Communicator* comm)
+    : config(c),
+      embed_src(params, c.share_all_embeddings ? "embed_tokens" : "encoder.embed_tokens",
+                c.src_vocab, c.dim, c.max_len, 0) {
+  if (c.src_vocab <= 0 || c.tgt_vocab <= 0) throw std::invalid_argument("a vocabulary is empty");
+  if (c.share_all_embeddings && c.src_vocab != c.tgt_vocab)
+    throw std::invalid_argument("--share-all-embeddings needs one joint vocabulary (source " +
+                                std::to_string(c.src_vocab) + " words, target " +
+                                std::to_string(c.tgt_vocab) + ")");
+  if (c.dim <= 0 || c.encoder_layers < 0 || c.decoder_layers < 0 || c.encoder_ffn_dim <= 0 ||
+      c.decoder_ffn_dim <= 0)
+    throw std::invalid_argument("model sizes must be positive");
+  // Layout = the reverse of the order in which the backward finishes with the gradients:
+  // [source (or shared) embedding][encoder blocks][encoder norm][target embedding][decoder
+  // blocks][decoder norm]. The tied target embedding is complete only after the decoder's input
+  // embedding backward; the shared one only at the very end.
+  encoder.resize(c.encoder_layers);
+  for (int l = 0; l < c.encoder_layers; ++l) {
+    const std::string p = "encoder.layers." + std::to_string(l);
+    EncoderBlock& b = encoder[l];
+    b.param_begin = params.size();
+    b.norm_self = make_norm<T>(c.enc_norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
+    b.attn = MultiheadAttention<T>(params, p + ".self_attn", c.dim, c.encoder_heads, false, false);
+    b.norm_ff = make_norm<T>(c.enc_norm_ff, c.dim, params, p + ".final_layer_norm", comm);
+    b.ff = FeedForward<T>(params, p, c.dim, c.encoder_ffn_dim);
+  }
+  enc_final_begin = params.size();
+  enc_norm_final = make_norm<T>(c.enc_norm_final, c.dim, params, "encoder.layer_norm", comm);
+  tgt_embed_begin = params.size();
+  if (!c.share_all_embeddings)
+    embed_tgt = Embedding<T>(params, "decoder.embed_tokens", c.tgt_vocab, c.dim, c.max_len, 0);
+  decoder.resize(c.decoder_layers);
+  for (int l = 0; l < c.decoder_layers; ++l) {
+    const std::string p = "decoder.layers." + std::to_string(l);
+    DecoderBlock& b = decoder[l];
+    b.param_begin = params.size();
+    b.norm_self = make_norm<T>(c.dec_norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
+    b.self_attn =
+        MultiheadAttention<T>(params, p + ".self_attn", c.dim, c.decoder_heads, false, true);
+    b.norm_cross =
+        make_norm<T>(c.dec_norm_cross, c.dim, params, p + ".encoder_attn_layer_norm", comm);
+    b.cross_attn =
+        MultiheadAttention<T>(params, p + ".encoder_attn", c.dim, c.decoder_heads, true, false);
+    b.norm_ff = make_norm<T>(c.dec_norm_ff, c.dim, params, p + ".final_layer_norm", comm);
+    b.ff = FeedForward<T>(params, p, c.dim, c.decoder_ffn_dim);
+  }
+  dec_final_begin = params.size();
+  dec_norm_final = make_norm<T>(c.dec_norm_final, c.dim, params, "decoder.layer_norm", comm);
+  params.allocate(seed);
+}
+
+template <class T>
+const Embedding<T>& TranslationModel<T>::target_embedding() const {
+  return config.share_all_embeddings ? embed_src : embed_tgt;
+}
+
+template <class T>
+std::vector<Norm<T>*> TranslationModel<T>::norms() {
+  std::vector<Norm<T>*> out;
+  for (auto& b : encoder) out.push_back(b.norm_self.get()), out.push_back(b.norm_ff.get());
+  out.push_back(enc_norm_final.get());
+  for (auto& b : decoder) {
+    out.push_back(b.norm_self.get());
+    out.push_back(b.norm_cross.get());
+    out.push_back(b.norm_ff.get());
+  }
+  out.push_back(dec_norm_final.get());
+  return out;
+}
+
+template <class T>
+void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint64_t seed) {
+  const int rows = batch.nseq * batch.src_len, d = config.dim;
+  const size_t n = size_t(rows) * d;
+  const uint8_t* mask = batch.src_mask.data();
+  const bool drop = training && config.dropout > 0;
+  const float p = float(config.dropout);
+  const float pa = training ? float(config.attention_dropout) : 0.0f;
+  std::vector<T>* h = encoder.empty() ? &enc_h : &encoder[0].x;
+  h->resize(n);
+  embed_src.forward(batch.src.data(), rows, batch.src_len, h->data());
+  if (drop) {
+    keep_src_embed.resize(n);
+    k::dropout_mask(seed + kSrcEmbed, n, p, keep_src_embed.data());
+    k::dropout_apply<T>(h->data(), keep_src_embed.data(), n, p);
+  }
+  for (size_t l = 0; l < encoder.size(); ++l) {
+    EncoderBlock& b = encoder[l];
+    const uint64_t site = seed + kFirstBlock + kEncSites * l;
+    std::vector<T>& next = l + 1 < encoder.size() ? encoder[l + 1].x : enc_h;
+    b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
+    next.resize(n);
+    b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
+    b.attn.forward(b.a.data(), nullptr, batch.nseq, batch.src_len, batch.src_len, mask,
+                   b.attn_out.data(), pa, site);
+    if (drop) {
+      b.keep_attn.resize(n);
+      k::dropout_mask(site + 1, n, p, b.keep_attn.data());
+      k::dropout_apply<T>(b.attn_out.data(), b.keep_attn.data(), n, p);
+    }
+    k::add<T>(b.x.data(), b.attn_out.data(), n, b.mid.data());
+    b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
+    b.ff.forward(b.b.data(), rows, b.ff_out.data());
+    if (drop) {
+      b.keep_ff.resize(n);
+      k::dropout_mask(site + 2, n, p, b.keep_ff.data());
+      k::dropout_apply<T>(b.ff_out.data(), b.keep_ff.data(), n, p);
+    }
+    k::add<T>(b.mid.data(), b.ff_out.data(), n, next.data());
+  }
+  enc_out.resize(n);
+  enc_norm_final->forward(enc_h.data(), mask, rows, enc_out.data(), training);
+}
+
+template <class T>
+void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uint64_t seed) {
+  encode(batch, training, seed);
+  const int rows = batch.nseq * batch.tgt_len, d = config.dim;
+  const size_t n = size_t(rows) * d;
+  const uint8_t* mask = batch.tgt_mask.data();
+  const bool drop = training && config.dropout > 0;
+  const float p = float(config.dropout);
+  const float pa = training ? float(config.attention_dropout) : 0.0f;
+  std::vector<T>* h = decoder.empty() ? &dec_h : &decoder[0].x;
+  h->resize(n);
+  target_embedding().forward(batch.prev.data(), rows, batch.tgt_len, h->data());
+  if (drop) {
+    keep_tgt_embed.resize(n);
+    k::dropout_mask(seed + kTgtEmbed, n, p, keep_tgt_embed.data());
+    k::dropout_apply<T>(h->data(), keep_tgt_embed.data(), n, p);
+  }
+  const uint64_t dec_base = seed + kFirstBlock + kEncSites * encoder.size();
+  auto dropout = [&](std::vector<T>& y, std::vector<uint8_t>& keep, uint64_t s) {
+    if (!drop) return;
+    keep.resize(n);
+    k::dropout_mask(s, n, p, keep.data());
+    k::dropout_apply<T>(y.data(), keep.data(), n, p);
+  };
+  for (size_t l = 0; l < decoder.size(); ++l) {
+    DecoderBlock& b = decoder[l];
+    const uint64_t site = dec_base + kDecSites * l;
+    std::vector<T>& next = l + 1 < decoder.size() ? decoder[l + 1].x : dec_h;
+    for (auto* v : {&b.a, &b.self_out, &b.m1, &b.c, &b.cross_out, &b.m2, &b.b, &b.ff_out, &next})
+      v->resize(n);
+    b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
+    b.self_attn.forward(b.a.data(), nullptr, batch.nseq, batch.tgt_len, batch.tgt_len, nullptr,
+                        b.self_out.data(), pa, site);
+    dropout(b.self_out, b.keep_self, site + 1);
+    k::add<T>(b.x.data(), b.self_out.data(), n, b.m1.data());
+    b.norm_cross->forward(b.m1.data(), mask, rows, b.c.data(), training);
+    b.cross_attn.forward(b.c.data(), enc_out.data(), batch.nseq, batch.tgt_len, batch.src_len,
+                         batch.src_mask.data(), b.cross_out.data(), pa, site + 2);
+    dropout(b.cross_out, b.keep_cross, site + 3);
+    k::add<T>(b.m1.data(), b.cross_out.data(), n, b.m2.data());
+    b.norm_ff->forward(b.m2.data(), mask, rows, b.b.data(), training);
+    b.ff.forward(b.b.data(), rows, b.ff_out.data());
+    dropout(b.ff_out, b.keep_ff, site + 4);
+    k::add<T>(b.m2.data(), b.ff_out.data(), n, next.data());
+  }
+  f.resize(n);
+  dec_norm_final->forward(dec_h.data(), mask, rows, f.data(), training);
+  logits.resize(size_t(rows) * config.tgt_vocab);
+  target_embedding().output_forward(f.data(), rows, logits.data());
+}
+
+template <class T>
+k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_scale,
+                                                  uint64_t dropout_seed,
+                                                  const GradsReady& grads_ready) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  forward(batch, true, dropout_seed);
+  const auto t1 = clock::now();
+  const int rows_t = batch.nseq * batch.tgt_len, rows_s = batch.nseq * batch.src_len;
+  const int d = config.dim;
+  const size_t nt = size_t(rows_t) * d, ns = size_t(rows_s) * d;
+  const uint8_t* tmask = batch.tgt_mask.data();
+  const uint8_t* smask = batch.src_mask.data();
+  const bool drop = config.dropout > 0;
+  const float p = float(config.dropout);
+  k::LossSums sums = k::softmax_xent<T>(logits.data(), batch.tgt.data(), tmask, rows_t,
+                                        config.tgt_vocab, T(config.label_smoothing), grad_scale);
+  const size_t nmax = std::max(nt, ns);
+  grad_a.resize(nmax), grad_b.resize(nmax), grad_c.resize(nmax);
+  T *ga = grad_a.data(), *gb = grad_b.data(), *df = grad_c.data();
+  auto ready = [&](size_t begin) {
+    if (grads_ready) grads_ready(begin);
+  };
+  // branch: y = x + dropout(branch(x)); ga holds dL/dy and becomes dL/dx.
+  auto branch_grad = [&](size_t n, const std::vector<uint8_t>& keep) {
+    k::copy<T>(ga, n, df);
+    if (drop) k::dropout_apply<T>(df, keep.data(), n, p);
+  };
+  target_embedding().output_backward(f.data(), logits.data(), rows_t, df);
+  dec_norm_final->backward(dec_h.data(), df, tmask, rows_t, ga);
+  ready(dec_final_begin);
+  grad_enc.assign(ns, T(0));  // every decoder block's cross-attention adds to it
+  for (int l = int(decoder.size()) - 1; l >= 0; --l) {
+    DecoderBlock& b = decoder[l];
+    branch_grad(nt, b.keep_ff);
+    b.ff.backward(b.b.data(), df, gb);
+    b.norm_ff->backward(b.m2.data(), gb, tmask, rows_t, df);
+    k::add_inplace<T>(ga, df, nt);
+    branch_grad(nt, b.keep_cross);
+    b.cross_attn.backward(b.c.data(), enc_out.data(), df, gb, grad_enc.data());
+    b.norm_cross->backward(b.m1.data(), gb, tmask, rows_t, df);
+    k::add_inplace<T>(ga, df, nt);
+    branch_grad(nt, b.keep_self);
+    b.self_attn.backward(b.a.data(), nullptr, df, gb, nullptr);
+    b.norm_self->backward(b.x.data(), gb, tmask, rows_t, df);
+    k::add_inplace<T>(ga, df, nt);
+    ready(b.param_begin);
+  }
+  if (drop) k::dropout_apply<T>(ga, keep_tgt_embed.data(), nt, p);
+  target_embedding().backward(batch.prev.data(), ga, rows_t);
+  if (!config.share_all_embeddings) ready(tgt_embed_begin);
+  enc_norm_final->backward(enc_h.data(), grad_enc.data(), smask, rows_s, ga);
+  ready(enc_final_begin);
+  for (int l = int(encoder.size()) - 1; l >= 0; --l) {
+    EncoderBlock& b = encoder[l];
+    branch_grad(ns, b.keep_ff);
+    b.ff.backward(b.b.data(), df, gb);
+    b.norm_ff->backward(b.mid.data(), gb, smask, rows_s, df);
+    k::add_inplace<T>(ga, df, ns);
+    branch_grad(ns, b.keep_attn);
+    b.attn.backward(b.a.data(), nullptr, df, gb, nullptr);
+    b.norm_self->backward(b.x.data(), gb, smask, rows_s, df);
+    k::add_inplace<T>(ga, df, ns);
+    ready(b.param_begin);
+  }
+  if (drop) k::dropout_apply<T>(ga, keep_src_embed.data(), ns, p);
+  embed_src.backward(batch.src.data(), ga, rows_s);
+  ready(0);
+  const auto t2 = clock::now();
+  forward_s = std::chrono::duration<double>(t1 - t0).count();
+  backward_s = std::chrono::duration<double>(t2 - t1).count();
+  return sums;
+}
+
+template <class T>
+k::LossSums TranslationModel<T>::evaluate(const ParallelBatch& batch, bool training) {
+  if (training && config.dropout > 0)
+    throw std::logic_error("evaluate(training) is for dropout-free checks");
+  forward(batch, training, 0);
+  return k::softmax_xent_eval<T>(logits.data(), batch.tgt.data(), batch.tgt_mask.data(),
+                                 batch.nseq * batch.tgt_len, config.tgt_vocab,
+                                 T(config.label_smoothing));
+}
+
+template <class T>
+void TranslationModel<T>::begin_decode(const ParallelBatch& batch, int beam, int max_len,
+                                       DecodeState* st) {
+  if (max_len > config.max_len)
+    throw std::invalid_argument("decoding " + std::to_string(max_len) +
+                                " steps needs more positions than the model's " +
+                                std::to_string(config.max_len) + ": lower --max-len-b");
+  encode(batch, false, 0);
+  const int d = config.dim, Ts = batch.src_len;
+  st->beam = beam;
+  st->rows = batch.nseq * beam;
+  st->src_len = Ts;
+  st->max_len = max_len;
+  st->src_mask.resize(size_t(st->rows) * Ts);
+  for (int r = 0; r < st->rows; ++r)
+    std::copy_n(batch.src_mask.data() + size_t(r / beam) * Ts, Ts,
+                st->src_mask.data() + size_t(r) * Ts);
+  st->self_kv.assign(decoder.size(), {});
+  st->cross_kv.assign(decoder.size(), {});
+  std::vector<T> kv(size_t(batch.nseq) * Ts * 2 * d);
+  const size_t per_seq = size_t(Ts) * 2 * d;
+  for (size_t l = 0; l < decoder.size(); ++l) {
+    decoder[l].cross_attn.kv_proj.forward(enc_out.data(), batch.nseq * Ts, kv.data());
+    st->cross_kv[l].resize(size_t(st->rows) * per_seq);
+    for (int r = 0; r < st->rows; ++r)
+      std::copy_n(kv.data() + size_t(r / beam) * per_seq, per_seq,
+                  st->cross_kv[l].data() + size_t(r) * per_seq);
+    st->self_kv[l].assign(size_t(st->rows) * max_len * 2 * d, T(0));
+  }
+  st->ones.assign(st->rows, 1);
+}
+
+template <class T>
+void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, int step,
+                                      T* logprobs) {
+  const int N = st->rows, d = config.dim, V = config.tgt_vocab, H = config.decoder_heads;
+  if (step >= st->max_len) throw std::logic_error("decode_step past max_len");
+  const Embedding<T>& emb = target_embedding();
+  const T scale = emb.scale();
+  const T* E = emb.store->p(emb.table);
+  const T* P = emb.positions.data() + size_t(step) * d;
+  st->x.resize(size_t(N) * d), st->a.resize(size_t(N) * d), st->out.resize(size_t(N) * d);
+  st->ctx.resize(size_t(N) * d), st->q.resize(size_t(N) * d), st->tmp.resize(size_t(N) * 3 * d);
+  T* x = st->x.data();
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < d; ++c) x[size_t(n) * d + c] = scale * E[size_t(tokens[n]) * d + c] + P[c];
+  const uint8_t* ones = st->ones.data();
+  const size_t self_stride = size_t(st->max_len) * 2 * d;
+  for (size_t l = 0; l < decoder.size(); ++l) {
+    DecoderBlock& b = decoder[l];
+    b.norm_self->forward(x, ones, N, st->a.data(), false);
+    b.self_attn.qkv_proj.forward(st->a.data(), N, st->tmp.data());
+    T* cache = st->self_kv[l].data();
+    for (int n = 0; n < N; ++n)
+      std::copy_n(st->tmp.data() + size_t(n) * 3 * d + d, 2 * d,
+                  cache + size_t(n) * self_stride + size_t(step) * 2 * d);
+    k::attention_step<T>(st->tmp.data(), 3 * d, cache, cache + d, 2 * d, self_stride, N,
+                         step + 1, d, H, nullptr, 0, st->ctx.data());
+    b.self_attn.out_proj.forward(st->ctx.data(), N, st->out.data());
+    k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
+    b.norm_cross->forward(x, ones, N, st->a.data(), false);
+    b.cross_attn.q_proj.forward(st->a.data(), N, st->q.data());
+    const T* ckv = st->cross_kv[l].data();
+    k::attention_step<T>(st->q.data(), d, ckv, ckv + d, 2 * d, size_t(st->src_len) * 2 * d, N,
+                         st->src_len, d, H, st->src_mask.data(), st->src_len, st->ctx.data());
+    b.cross_attn.out_proj.forward(st->ctx.data(), N, st->out.data());
+    k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
+    b.norm_ff->forward(x, ones, N, st->a.data(), false);
+    b.ff.forward(st->a.data(), N, st->out.data());
+    k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
+  }
+  dec_norm_final->forward(x, ones, N, st->a.data(), false);
+  emb.output_forward(st->a.data(), N, logprobs);
+  for (int n = 0; n < N; ++n) {  // log-softmax per row
+    T* row = logprobs + size_t(n) * V;
+    T mx = row[0];
+    for (int v = 1; v < V; ++v) mx = row[v] > mx ? row[v] : mx;
+    double sum = 0;
+    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v] - mx));
+    const T lse = mx + T(std::log(sum));
+    for (int v = 0; v < V; ++v) row[v] -= lse;
+  }
+}
+
+template <class T>
+void TranslationModel<T>::reorder(DecodeState* st, const std::vector<int>& from, int steps_done) {
+  // Beams only ever move within their sentence, so the source mask and the cross-attention
+  // keys (identical across a sentence's beams) stay; the self-attention caches follow.
+  const int d = config.dim;
+  const size_t stride = size_t(st->max_len) * 2 * d, used = size_t(steps_done) * 2 * d;
+  std::vector<T> old;
+  for (auto& cache : st->self_kv) {
+    old.assign(cache.begin(), cache.end());
+    for (int r = 0; r < st->rows; ++r)
+      std::copy_n(old.data() + size_t(from[r]) * stride, used, cache.data() + size_t(r) * stride);
+  }
+}
+
+template struct TranslationModel<float>;
+template struct TranslationModel<double>;
+
+}  // namespace pn

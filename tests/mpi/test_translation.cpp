@@ -1,0 +1,90 @@
+// Translation under mpirun (issue 8): SPEC 4's update splits with `layer` and `sync_batch`
+// encoders, and the bucketed gradient all-reduce of the encoder-decoder (whose gradients
+// complete in a different order than the LM's).
+#include <glog/logging.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../test_translation_fixtures.h"
+#include "mpi_env.h"
+#include "trainer/trainer.h"
+
+namespace pn {
+namespace {
+
+const ParallelCorpus& toy() { return test::toy_corpus(); }
+
+Options mt(const std::string& enc_norm) {
+  Options o = test::small_mt();
+  o.max_update = 4;
+  o.encoder_norm_self = o.encoder_norm_ff = o.encoder_norm_final = enc_norm;
+  return o;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
+  return a.size() == b.size() ? m : 1e30;
+}
+
+// 384 tokens per update three ways: one process in one micro-batch, one process in 4
+// micro-steps of 96, and R ranks with 384/R each.
+struct ThreeWays {
+  std::vector<double> one_big, accumulated, ranks;
+};
+ThreeWays three_ways(const std::string& norm, const std::string& single_norm) {
+  Communicator& w = test::world();
+  auto single = make_single_communicator();
+  ThreeWays r;
+  Options a = mt(single_norm);
+  a.max_tokens = 384;
+  r.one_big = Trainer(a, *single, toy()).train().losses;
+  Options b = mt(single_norm);
+  b.max_tokens = 96, b.update_freq = 4;
+  r.accumulated = Trainer(b, *single, toy()).train().losses;
+  Options c = mt(norm);
+  c.max_tokens = 384 / w.size();
+  r.ranks = Trainer(c, w, toy()).train().losses;
+  return r;
+}
+
+TEST(TranslationSplits, LayerNormEncoderGivesTheSameUpdateAllThreeWays) {
+  FLAGS_minloglevel = 1;
+  const ThreeWays t = three_ways("layer", "layer");
+  EXPECT_LT(max_rel_diff(t.accumulated, t.one_big), 2e-5);
+  EXPECT_LT(max_rel_diff(t.ranks, t.one_big), 2e-5);
+}
+
+TEST(TranslationSplits, SyncBatchEncoderMatchesAcrossRanksButNotAcrossMicroSteps) {
+  FLAGS_minloglevel = 1;
+  const ThreeWays t = three_ways("sync_batch", "batch");
+  EXPECT_LT(max_rel_diff(t.ranks, t.one_big), 2e-5);        // one statistics batch
+  EXPECT_GT(max_rel_diff(t.accumulated, t.one_big), 1e-4);  // four smaller ones
+}
+
+TEST(TranslationAllReduce, BucketedOverlapEqualsOneAllReduceAfterTheBackward) {
+  FLAGS_minloglevel = 1;
+  Communicator& w = test::world();
+  Options o = mt("power");
+  o.share_all_embeddings = false;  // a separate target embedding: one more completion point
+  ParallelCorpus separate = toy();
+  o.max_tokens = 128;
+  o.update_freq = 2;
+  o.bucket_mb = 0;
+  Trainer blocking(o, w, separate);
+  const TrainResult rb = blocking.train();
+  o.bucket_mb = 0.002;
+  Trainer bucketed(o, w, separate);
+  const TrainResult ro = bucketed.train();
+  EXPECT_LT(max_rel_diff(ro.losses, rb.losses), 1e-6);
+  double max_diff = 0;
+  for (size_t i = 0; i < blocking.params().size(); ++i)
+    max_diff = std::max(max_diff, double(std::abs(blocking.params().data[i] -
+                                                  bucketed.params().data[i])));
+  EXPECT_LT(max_diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace pn
