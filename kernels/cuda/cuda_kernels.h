@@ -15,7 +15,8 @@
 //
 // Scratch: kernels that need temporary device memory take it from a grow-only pool owned by this
 // library (cuda_scratch in common.cuh); growing it synchronises the device once, so after the
-// first steps no call allocates. One host thread per process issues these kernels.
+// first steps no call allocates. One host thread per process issues these kernels, and calls
+// that use scratch must not run concurrently on two streams (they share the pool).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -123,5 +124,39 @@ void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, co
 void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                             const float* gamma, const uint8_t* mask, int rows, int d, int G,
                             float* dx, float* dgamma, float* dbeta, cudaStream_t s);
+
+// ---- per-column state steps of the batch-type norms (norm_state.cu) -----------------------
+// One thread per feature; the statistics count is read on the device (stats[0] or *count), so a
+// layer's step needs no host synchronisation. Same math as layers/norms/*.cpp; count 0 (empty
+// statistics set) takes the inference scale and leaves the running state, t and nu unchanged.
+// batch: stats = [count | sum (x - rm) | sum (x - rm)^2] with shift rm = running_mean.
+void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
+                  double* running_var, double* mean, double* rstd, cudaStream_t s);
+// sums = [sum dy | sum dy (x - mean)]: dgamma += sums1 * rstd, dbeta += sums0 (this rank's).
+void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
+                       float* dgamma, float* dbeta, cudaStream_t s);
+// From the all-reduced sums: a = mean_S g, b = mean_S g xh (0 when count is 0).
+void batch_backward_coeffs(const double* count, const double* sums, int d, const float* gamma,
+                           const double* rstd, double* a, double* b, cudaStream_t s);
+// power_v: stats = [count | sum x^2]; inv_s = 1/sqrt(psi_B^2 + eps), psi^2 moving average.
+void power_v_absorb(const double* stats, int d, double eps, double alpha, double* running_psi2,
+                    double* inv_s, cudaStream_t s);
+// PN (t is a device double): inv_s from the running psi^2 when this iteration is past warmup,
+// before the statistics arrive; then pn_absorb with the (reduced) stats = [count | sum x^2]
+// updates psi^2, sum_x2, inv_s (warm iterations) and t.
+void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
+                      const double* running_psi2, double* inv_s, cudaStream_t s);
+void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
+               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2,
+               cudaStream_t s);
+// power_v and PN backward sums (psi_common.h): sums = [sum dy | sum dy x] of this rank;
+// dgamma += dy xh, dbeta += dy, g_xh = gamma * sum dy xh (then all-reduced).
+void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
+                     const float* gamma, float* dgamma, float* dbeta, double* g_xh,
+                     cudaStream_t s);
+void mean_over_count(const double* count, const double* sums, int d, double* b, cudaStream_t s);
+// PN: nu <- nu (1 - (1-alpha_bkw) Gamma) + (1-alpha_bkw) Lambda, after dx used the old nu.
+void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
+                  const double* inv_s, int d, double alpha_bkw, double* nu, cudaStream_t s);
 
 }  // namespace pn::cuda
