@@ -28,10 +28,21 @@ template <class T> void add_bias(T* y, const T* b, int rows, int cols);
 template <class T> void bias_grad(const T* dy, int rows, int cols, T* db);
 template <class T> void relu_forward(const T* x, size_t n, T* y);
 template <class T> void relu_backward(const T* y, const T* dy, size_t n, T* dx);  // dx=dy*(y>0)
+// Fused passes of a Linear followed by ReLU (one pass over the activation instead of two):
+// forward y <- max(y + b, 0) per row; backward dy <- dy * (y > 0) in place and db += its
+// column sums (y: the ReLU output).
+template <class T> void bias_relu_forward(T* y, const T* b, int rows, int cols);
+template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db);
 // Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The keep mask is a
 // pure function of (seed, index), so results do not depend on the number of threads.
 void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep);
 template <class T> void dropout_apply(T* x, const uint8_t* keep, size_t n, float p);
+// Residual add of a dropped-out branch in one pass: y = a + dropout(b) with the stored mask
+// (keep null: y = a + b). Its backward for the branch: y = dropout(x) into another buffer
+// (keep null: a copy).
+template <class T>
+void dropout_add(const T* a, const T* b, const uint8_t* keep, float p, size_t n, T* y);
+template <class T> void dropout_copy(const T* x, const uint8_t* keep, float p, size_t n, T* y);
 
 // ---- embedding ----------------------------------------------------------------------------
 // Sinusoidal positions as in fairseq/tensor2tensor: [sin(pos*w_0..w_{d/2-1}), cos(...)].

@@ -12,8 +12,7 @@ template <class T>
 void FeedForward<T>::forward(const T* x, int num_rows, T* y) {
   rows = num_rows;
   hidden.resize(size_t(rows) * fc1.out);
-  fc1.forward(x, rows, hidden.data());
-  k::relu_forward<T>(hidden.data(), hidden.size(), hidden.data());
+  fc1.forward(x, rows, hidden.data(), /*relu=*/true);
   fc2.forward(hidden.data(), rows, y);
 }
 
@@ -21,8 +20,7 @@ template <class T>
 void FeedForward<T>::backward(const T* x, const T* dy, T* dx) {
   dhidden.resize(hidden.size());
   fc2.backward(hidden.data(), dy, rows, dhidden.data());
-  k::relu_backward<T>(hidden.data(), dhidden.data(), hidden.size(), dhidden.data());
-  fc1.backward(x, dhidden.data(), rows, dx);
+  fc1.backward_relu(x, hidden.data(), dhidden.data(), rows, dx);
 }
 
 template struct FeedForward<float>;

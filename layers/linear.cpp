@@ -13,16 +13,35 @@ Linear<T>::Linear(ParamStore<T>& s, const std::string& name, int in_features, in
 }
 
 template <class T>
-void Linear<T>::forward(const T* x, int rows, T* y) const {
+void Linear<T>::forward(const T* x, int rows, T* y, bool relu) const {
   k::gemm<T>(false, true, rows, out, in, T(1), x, in, store->p(w), in, T(0), y, out);
-  if (b >= 0) k::add_bias<T>(y, store->p(b), rows, out);
+  if (relu && b >= 0)
+    k::bias_relu_forward<T>(y, store->p(b), rows, out);
+  else if (relu)
+    k::relu_forward<T>(y, size_t(rows) * out, y);
+  else if (b >= 0)
+    k::add_bias<T>(y, store->p(b), rows, out);
+}
+
+template <class T>
+void Linear<T>::backward_weights(const T* x, const T* dy, int rows, T* dx) const {
+  if (dx) k::gemm<T>(false, false, rows, in, out, T(1), dy, out, store->p(w), in, T(0), dx, in);
+  k::gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), store->g(w), in);
 }
 
 template <class T>
 void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx) const {
-  if (dx) k::gemm<T>(false, false, rows, in, out, T(1), dy, out, store->p(w), in, T(0), dx, in);
-  k::gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), store->g(w), in);
+  backward_weights(x, dy, rows, dx);
   if (b >= 0) k::bias_grad<T>(dy, rows, out, store->g(b));
+}
+
+template <class T>
+void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx) const {
+  if (b >= 0)
+    k::relu_backward_bias_grad<T>(y, dy, rows, out, store->g(b));
+  else
+    k::relu_backward<T>(y, dy, size_t(rows) * out, dy);
+  backward_weights(x, dy, rows, dx);
 }
 
 template struct Linear<float>;

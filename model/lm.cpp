@@ -58,17 +58,17 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     if (drop) {
       b.keep_attn.resize(n);
       k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
-      k::dropout_apply<T>(b.attn_out.data(), b.keep_attn.data(), n, p);
     }
-    k::add<T>(b.x.data(), b.attn_out.data(), n, b.mid.data());
+    k::dropout_add<T>(b.x.data(), b.attn_out.data(), drop ? b.keep_attn.data() : nullptr, p, n,
+                      b.mid.data());
     b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
     b.ff.forward(b.b.data(), rows, b.ff_out.data());
     if (drop) {
       b.keep_ff.resize(n);
       k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
-      k::dropout_apply<T>(b.ff_out.data(), b.keep_ff.data(), n, p);
     }
-    k::add<T>(b.mid.data(), b.ff_out.data(), n, next.data());
+    k::dropout_add<T>(b.mid.data(), b.ff_out.data(), drop ? b.keep_ff.data() : nullptr, p, n,
+                      next.data());
   }
   f.resize(n);
   norm_final->forward(h_last.data(), mask, rows, f.data(), training);
@@ -102,14 +102,12 @@ k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
     Block& b = blocks[l];
     // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch)
-    k::copy<T>(grad_a.data(), n, df);
-    if (drop) k::dropout_apply<T>(df, b.keep_ff.data(), n, p);
+    k::dropout_copy<T>(grad_a.data(), drop ? b.keep_ff.data() : nullptr, p, n, df);
     b.ff.backward(b.b.data(), df, grad_b.data());
     b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt mid
     // mid = x + drop(attn(norm_self(x)))
-    k::copy<T>(grad_a.data(), n, df);
-    if (drop) k::dropout_apply<T>(df, b.keep_attn.data(), n, p);
+    k::dropout_copy<T>(grad_a.data(), drop ? b.keep_attn.data() : nullptr, p, n, df);
     b.attn.backward(b.a.data(), df, grad_b.data());
     b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input

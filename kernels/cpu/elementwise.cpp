@@ -45,6 +45,33 @@ template <class T> void bias_grad(const T* dy, int rows, int cols, T* db) {
     }
   }
 }
+template <class T> void bias_relu_forward(T* y, const T* b, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r) {
+    T* yr = y + size_t(r) * cols;
+#pragma omp simd
+    for (int c = 0; c < cols; ++c) {
+      const T v = yr[c] + b[c];
+      yr[c] = v > T(0) ? v : T(0);
+    }
+  }
+}
+template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
+  // Column blocks per thread, as bias_grad: no two threads write the same db entry.
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int c0 = 0; c0 < cols; c0 += 64) {
+    const int c1 = std::min(cols, c0 + 64);
+    for (int r = 0; r < rows; ++r) {
+      const T* yr = y + size_t(r) * cols;
+      T* dr = dy + size_t(r) * cols;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) {
+        dr[c] = yr[c] > T(0) ? dr[c] : T(0);
+        db[c] += dr[c];
+      }
+    }
+  }
+}
 template <class T> void relu_forward(const T* x, size_t n, T* y) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y[i] = x[i] > T(0) ? x[i] : T(0);
@@ -72,6 +99,20 @@ template <class T> void dropout_apply(T* x, const uint8_t* keep, size_t n, float
   const T s = T(1) / (T(1) - T(p));
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) x[i] = keep[i] ? x[i] * s : T(0);
+}
+
+template <class T>
+void dropout_add(const T* a, const T* b, const uint8_t* keep, float p, size_t n, T* y) {
+  if (!keep) return add<T>(a, b, n, y);
+  const T s = T(1) / (T(1) - T(p));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = a[i] + (keep[i] ? b[i] * s : T(0));
+}
+template <class T> void dropout_copy(const T* x, const uint8_t* keep, float p, size_t n, T* y) {
+  if (!keep) return copy<T>(x, n, y);
+  const T s = T(1) / (T(1) - T(p));
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = keep[i] ? x[i] * s : T(0);
 }
 
 template <class T> void sinusoidal_positions(int max_len, int d, T* table) {
@@ -133,8 +174,12 @@ template <class T> bool all_finite(const T* x, size_t n) {
   template void add_bias<T>(T*, const T*, int, int);                                          \
   template void bias_grad<T>(const T*, int, int, T*);                                         \
   template void relu_forward<T>(const T*, size_t, T*);                                        \
+  template void bias_relu_forward<T>(T*, const T*, int, int);                                 \
+  template void relu_backward_bias_grad<T>(const T*, T*, int, int, T*);                       \
   template void relu_backward<T>(const T*, const T*, size_t, T*);                             \
   template void dropout_apply<T>(T*, const uint8_t*, size_t, float);                          \
+  template void dropout_add<T>(const T*, const T*, const uint8_t*, float, size_t, T*);        \
+  template void dropout_copy<T>(const T*, const uint8_t*, float, size_t, T*);                 \
   template void sinusoidal_positions<T>(int, int, T*);                                        \
   template void embedding_forward<T>(const int32_t*, int, int, const T*, const T*, int, T, T*); \
   template void embedding_backward<T>(const int32_t*, int, const T*, int, T, T*);             \
