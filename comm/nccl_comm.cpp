@@ -89,9 +89,8 @@ struct NcclCommunicator final : Communicator {
   void check(ncclResult_t r, const char* what) {
     if (r != ncclSuccess)
       host->abort("rank " + std::to_string(rank()) + ": NCCL error in " + what + ": " +
-                  ncclGetErrorString(r) + (r == ncclInvalidUsage
-                                               ? " (two ranks on one GPU? see NCCL_DEBUG=WARN)"
-                                               : ""));
+                  ncclGetErrorString(r) +
+                  (r == ncclInvalidUsage ? " (two ranks on one GPU? see NCCL_DEBUG=WARN)" : ""));
   }
 
   // The host communicator keeps the timeout and the time accounting of the calls it runs.
@@ -112,17 +111,27 @@ struct NcclCommunicator final : Communicator {
   int local_size() const override { return host->local_size(); }
   std::string name() const override { return staged ? host->name() + "+staged" : "nccl"; }
 
-  void allreduce_sum(float* buf, size_t n) override { on_host([&] { host->allreduce_sum(buf, n); }); }
-  void allreduce_sum(double* buf, size_t n) override { on_host([&] { host->allreduce_sum(buf, n); }); }
-  void allreduce_max(double* buf, size_t n) override { on_host([&] { host->allreduce_max(buf, n); }); }
+  void allreduce_sum(float* buf, size_t n) override {
+    on_host([&] { host->allreduce_sum(buf, n); });
+  }
+  void allreduce_sum(double* buf, size_t n) override {
+    on_host([&] { host->allreduce_sum(buf, n); });
+  }
+  void allreduce_max(double* buf, size_t n) override {
+    on_host([&] { host->allreduce_max(buf, n); });
+  }
   void broadcast(void* buf, size_t bytes, int root) override {
     on_host([&] { host->broadcast(buf, bytes, root); });
   }
-  void barrier() override { on_host([&] { host->barrier(); }); }
+  void barrier() override {
+    on_host([&] { host->barrier(); });
+  }
   Request iallreduce_sum(float* buf, size_t n) override { return host->iallreduce_sum(buf, n); }
   Request iallreduce_sum(double* buf, size_t n) override { return host->iallreduce_sum(buf, n); }
   bool test(Request r) override { return host->test(r); }
-  void wait(Request r) override { on_host([&] { host->wait(r); }); }
+  void wait(Request r) override {
+    on_host([&] { host->wait(r); });
+  }
   [[noreturn]] void abort(const std::string& msg, int code) override {
     host->abort(msg, code);
     std::_Exit(code);  // not reached: host->abort ends the job
@@ -182,8 +191,7 @@ struct NcclCommunicator final : Communicator {
   }
   void wait_device(Request r, void* stream) override {
     if (r < 0 || size_t(r) >= done.size() || !done_busy[r]) return;
-    cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done[r], 0),
-         "cudaStreamWaitEvent");
+    cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done[r], 0), "cudaStreamWaitEvent");
     done_busy[r] = false;  // the wait captured the event; it may be recorded again
   }
 };

@@ -82,8 +82,7 @@ constexpr int kColTile = 32, kColLanes = 8, kColRowChunk = 256;
 inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowChunk; }
 
 template <class Op>
-__global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d,
-                                       double* part) {
+__global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d, double* part) {
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kColTile + tx;
   const int ch = blockIdx.y;

@@ -20,19 +20,19 @@ const char* cublas_status_string(cublasStatus_t s);
 
 }  // namespace pn::cuda
 
-#define CUDA_CHECK(call)                                                                 \
-  do {                                                                                   \
-    const cudaError_t pn_err_ = (call);                                                  \
-    if (pn_err_ != cudaSuccess)                                                          \
-      ::pn::cuda::fail("CUDA", #call, cudaGetErrorString(pn_err_), __FILE__, __LINE__);  \
+#define CUDA_CHECK(call)                                                                \
+  do {                                                                                  \
+    const cudaError_t pn_err_ = (call);                                                 \
+    if (pn_err_ != cudaSuccess)                                                         \
+      ::pn::cuda::fail("CUDA", #call, cudaGetErrorString(pn_err_), __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_CHECK(call)                                                               \
-  do {                                                                                   \
-    const cublasStatus_t pn_st_ = (call);                                                \
-    if (pn_st_ != CUBLAS_STATUS_SUCCESS)                                                 \
+#define CUBLAS_CHECK(call)                                                                  \
+  do {                                                                                      \
+    const cublasStatus_t pn_st_ = (call);                                                   \
+    if (pn_st_ != CUBLAS_STATUS_SUCCESS)                                                    \
       ::pn::cuda::fail("cuBLAS", #call, ::pn::cuda::cublas_status_string(pn_st_), __FILE__, \
-                       __LINE__);                                                        \
+                       __LINE__);                                                           \
   } while (0)
 
 namespace pn::cuda {
@@ -50,7 +50,8 @@ struct DeviceBuffer {
   ~DeviceBuffer() { release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(std::exchange(o.ptr, nullptr)), n(std::exchange(o.n, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr(std::exchange(o.ptr, nullptr)), n(std::exchange(o.n, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();

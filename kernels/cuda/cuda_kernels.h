@@ -54,7 +54,7 @@ void gemm_strided_batched(Blas& b, bool trans_a, bool trans_b, int M, int N, int
 // ---- element-wise ---------------------------------------------------------------------------
 void fill(float* x, size_t n, float value, cudaStream_t s);
 void copy(const float* x, size_t n, float* y, cudaStream_t s);
-void add_inplace(float* y, const float* x, size_t n, cudaStream_t s);        // y += x
+void add_inplace(float* y, const float* x, size_t n, cudaStream_t s);          // y += x
 void add(const float* a, const float* b, size_t n, float* y, cudaStream_t s);  // residual
 void scale_inplace(float* y, size_t n, float a, cudaStream_t s);
 void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s);
@@ -78,6 +78,20 @@ void attention_forward(Blas& b, const float* qkv, int nseq, int seq_len, int d, 
                        float* probs, float* ctx);
 void attention_backward(Blas& b, const float* qkv, const float* probs, const float* dctx, int nseq,
                         int seq_len, int d, int heads, float* dqkv, float* scratch);
+
+// General multi-head attention, as k::mha_forward / k::mha_backward (key padding mask, optional
+// causal mask, attention dropout with keep [nseq, H, tq, tk], q and k/v with their own row
+// strides) and k::attention_step (one query per sequence against a key/value cache).
+void mha_forward(Blas& b, const float* q, int ldq, const float* k, const float* v, int ldkv,
+                 int nseq, int tq, int tk, int d, int heads, bool causal, const uint8_t* key_mask,
+                 const uint8_t* keep, float p, float* probs, float* probs_drop, float* ctx);
+void mha_backward(Blas& b, const float* q, int ldq, const float* k, const float* v, int ldkv,
+                  int nseq, int tq, int tk, int d, int heads, bool causal, const uint8_t* key_mask,
+                  const uint8_t* keep, float p, const float* probs, const float* probs_drop,
+                  const float* dctx, float* dq, float* dk, float* dv, float* scratch);
+void attention_step(const float* q, int ldq, const float* k, const float* v, int ldkv,
+                    size_t seq_stride, int N, int len, int d, int heads, const uint8_t* key_mask,
+                    int mask_stride, float* ctx, cudaStream_t s);
 
 // ---- LayerNorm (group norm with one group) --------------------------------------------------
 void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
@@ -146,14 +160,12 @@ void power_v_absorb(const double* stats, int d, double eps, double alpha, double
 // updates psi^2, sum_x2, inv_s (warm iterations) and t.
 void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
                       const double* running_psi2, double* inv_s, cudaStream_t s);
-void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
-               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2,
-               cudaStream_t s);
+void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps, double alpha_fwd,
+               double* running_psi2, double* inv_s, double* sum_x2, cudaStream_t s);
 // power_v and PN backward sums (psi_common.h): sums = [sum dy | sum dy x] of this rank;
 // dgamma += dy xh, dbeta += dy, g_xh = gamma * sum dy xh (then all-reduced).
 void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
-                     const float* gamma, float* dgamma, float* dbeta, double* g_xh,
-                     cudaStream_t s);
+                     const float* gamma, float* dgamma, float* dbeta, double* g_xh, cudaStream_t s);
 void mean_over_count(const double* count, const double* sums, int d, double* b, cudaStream_t s);
 // PN: nu <- nu (1 - (1-alpha_bkw) Gamma) + (1-alpha_bkw) Lambda, after dx used the old nu.
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,

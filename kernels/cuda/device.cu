@@ -28,16 +28,26 @@ void fail(const char* lib, const char* call, const char* detail, const char* fil
 
 const char* cublas_status_string(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "success";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized (no device or no driver?)";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value (a size or leading dimension)";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "mapping error";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
-    default: return "unknown cuBLAS status";
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "not initialized (no device or no driver?)";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "invalid value (a size or leading dimension)";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "architecture mismatch";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "mapping error";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "not supported";
+    default:
+      return "unknown cuBLAS status";
   }
 }
 
@@ -89,10 +99,9 @@ void gemm_strided_batched(Blas& b, bool ta, bool tb, int M, int N, int K, float 
                           const float* A, int lda, long long sa, const float* B, int ldb,
                           long long sb, float beta, float* C, int ldc, long long sc, int batch) {
   if (M == 0 || N == 0 || batch == 0) return;
-  CUBLAS_CHECK(cublasGemmStridedBatchedEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B,
-                                          CUDA_R_32F, ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C,
-                                          CUDA_R_32F, ldc, sc, batch, compute(b),
-                                          CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F,
+                                          ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F,
+                                          ldc, sc, batch, compute(b), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace pn::cuda

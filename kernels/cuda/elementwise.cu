@@ -10,8 +10,9 @@
 namespace pn::cuda {
 namespace {
 
-#define PN_GRID_STRIDE(i, n) \
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); i += size_t(gridDim.x) * blockDim.x)
+#define PN_GRID_STRIDE(i, n)                                              \
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += size_t(gridDim.x) * blockDim.x)
 
 // A grid-stride loop applying f(i) to every index: the kernels below are one-line lambdas.
 template <class F>
@@ -191,10 +192,12 @@ void adam_update(float* p, const float* g, float* m, float* v, size_t n, float l
 }
 
 void sum_squares(const float* x, size_t n, double* out, cudaStream_t s) {
-  range_sum(n, [=] __device__(size_t i) { return double(x[i]) * double(x[i]); }, out, s);
+  range_sum(
+      n, [=] __device__(size_t i) { return double(x[i]) * double(x[i]); }, out, s);
 }
 void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s) {
-  range_sum(n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s);
+  range_sum(
+      n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s);
 }
 double sum_squares_host(const float* x, size_t n, cudaStream_t s) {
   double* d_out = scratch_as<double>(kSlotCoeffs, 1);

@@ -74,8 +74,8 @@ void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, i
           float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3);
   if (rows > 0) {
-    xent_row_kernel<kGrad><<<rows, kThreads, 0, s>>>(logits, target, mask, V, eps, grad_scale,
-                                                     row_out);
+    xent_row_kernel<kGrad>
+        <<<rows, kThreads, 0, s>>>(logits, target, mask, V, eps, grad_scale, row_out);
     PN_LAUNCHED();
   }
   xent_sum_kernel<<<1, kThreads, 0, s>>>(row_out, rows, sums);

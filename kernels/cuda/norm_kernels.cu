@@ -62,11 +62,20 @@ __global__ void affine_coeffs_kernel(int d, const double* shift, const double* s
   co[d + c] = sf;
   co[2 * d + c] = float((beta ? double(beta[c]) : 0.0) - a * (s - double(sf)));
 }
-__global__ void affine_apply_kernel(const float* x, size_t n, int d, const float* co, float* y) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % d);
-    y[i] = __fadd_rn(__fmul_rn(co[c], __fsub_rn(x[i], co[d + c])), co[2 * d + c]);
+// The per-element maps walk a 2-D grid: a thread owns one column (its coefficients stay in
+// registers) and strides over rows, so there is no per-element index division.
+constexpr int kMapRows = 8;  // rows per block step (blockDim.y)
+dim3 map_grid(int rows, int d) {
+  const int gy = (rows + kMapRows - 1) / kMapRows;
+  return dim3((d + kColTile - 1) / kColTile, gy < 4096 ? gy : 4096);
+}
+__global__ void affine_apply_kernel(const float* x, int rows, int d, const float* co, float* y) {
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  if (c >= d) return;
+  const float A = co[c], S = co[d + c], B = co[2 * d + c];
+  for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
+    const size_t i = size_t(r) * d + c;
+    y[i] = __fadd_rn(__fmul_rn(A, __fsub_rn(x[i], S)), B);
   }
 }
 
@@ -86,17 +95,17 @@ __global__ void backward_coeffs_kernel(int d, const double* shift, const double*
   co[3 * d + c] = sf;
 }
 __global__ void backward_apply_kernel(const float* x, const float* dy, const uint8_t* mask,
-                                      size_t n, int d, const float* co, float* dx) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    const int c = int(i % d);
-    if (!live(mask, int(i / d))) {
+                                      int rows, int d, const float* co, float* dx) {
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  if (c >= d) return;
+  const float P = co[c], Q = co[d + c], R = co[2 * d + c], S = co[3 * d + c];
+  for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
+    const size_t i = size_t(r) * d + c;
+    if (!live(mask, r)) {
       dx[i] = 0.f;
       continue;
     }
-    const float t = __fadd_rn(__fmul_rn(co[c], dy[i]),
-                              __fmul_rn(co[d + c], __fsub_rn(x[i], co[3 * d + c])));
-    dx[i] = __fadd_rn(t, co[2 * d + c]);
+    dx[i] = __fadd_rn(__fadd_rn(__fmul_rn(P, dy[i]), __fmul_rn(Q, __fsub_rn(x[i], S))), R);
   }
 }
 
@@ -130,8 +139,8 @@ __global__ void rms_forward_kernel(const float* x, int rows, int d, int G, float
 
 // xh = x rinv, g = gamma dy: dx = rinv (g - xh mean_group(g xh)); 0 on masked rows.
 __global__ void rms_backward_kernel(const float* x, const float* dy, const float* rinv,
-                                    const float* gamma, const uint8_t* mask, int rows, int d,
-                                    int G, float* dx) {
+                                    const float* gamma, const uint8_t* mask, int rows, int d, int G,
+                                    float* dx) {
   const long long w = warp_unit();
   if (w >= (long long)rows * G) return;
   const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
@@ -267,8 +276,7 @@ void column_affine(const float* x, int rows, int d, const double* shift, const d
   float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d));
   affine_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, beta, co);
   PN_LAUNCHED();
-  const size_t n = size_t(rows) * d;
-  affine_apply_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, n, d, co, y);
+  affine_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, rows, d, co, y);
   PN_LAUNCHED();
 }
 
@@ -279,8 +287,8 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
   float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d));
   backward_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, a, b, co);
   PN_LAUNCHED();
-  const size_t n = size_t(rows) * d;
-  backward_apply_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, dy, mask, n, d, co, dx);
+  backward_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, dy, mask, rows, d,
+                                                                               co, dx);
   PN_LAUNCHED();
 }
 
@@ -305,8 +313,7 @@ void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, c
 }
 
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
-                           const float* beta, float* y, float* mean, float* rstd,
-                           cudaStream_t s) {
+                           const float* beta, float* y, float* mean, float* rstd, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   norm_forward_kernel<<<warp_blocks((long long)rows * G), kThreads, 0, s>>>(
       x, rows, d, G, eps, gamma, beta, y, mean, rstd);

@@ -14,7 +14,7 @@ namespace pn::cuda {
 namespace {
 
 unsigned col_grid(int d) { return unsigned((d + kThreads - 1) / kThreads); }
-#define PN_COLUMN_INDEX(c, d)                           \
+#define PN_COLUMN_INDEX(c, d)                          \
   const int c = blockIdx.x * blockDim.x + threadIdx.x; \
   if (c >= (d)) return
 
@@ -94,8 +94,8 @@ __global__ void pn_absorb_kernel(const double* stats, const double* t, int64_t w
   sum_x2[c] = stats[1 + c];
   const double psi2_b = sum_x2[c] / count;
   if (warm) inv_s[c] = 1.0 / sqrt(psi2_b + eps);
-  psi2[c] = warm ? psi2[c] + (psi2_b - psi2[c]) / t1
-                 : alpha_fwd * psi2[c] + (1 - alpha_fwd) * psi2_b;
+  psi2[c] =
+      warm ? psi2[c] + (psi2_b - psi2[c]) / t1 : alpha_fwd * psi2[c] + (1 - alpha_fwd) * psi2_b;
 }
 __global__ void pn_step_kernel(const double* stats, double* t) {
   if (stats[0] > 0) *t += 1;
@@ -118,8 +118,7 @@ __global__ void psi_param_grads_kernel(const double* count, const double* sums, 
 }
 
 // PN-V backward coefficient: b = mean_S g xh (0 for an empty set).
-__global__ void mean_over_count_kernel(const double* count, const double* sums, int d,
-                                       double* b) {
+__global__ void mean_over_count_kernel(const double* count, const double* sums, int d, double* b) {
   PN_COLUMN_INDEX(c, d);
   b[c] = *count > 0 ? sums[c] / *count : 0.0;
 }
@@ -138,17 +137,17 @@ __global__ void pn_nu_kernel(const double* count, const double* sum_x2, const do
 
 }  // namespace
 
-#define PN_COLUMN_LAUNCH(kernel, d, s, ...)                         \
-  do {                                                              \
-    if ((d) <= 0) return;                                           \
-    kernel<<<col_grid(d), kThreads, 0, s>>>(__VA_ARGS__);           \
-    PN_LAUNCHED();                                                  \
+#define PN_COLUMN_LAUNCH(kernel, d, s, ...)               \
+  do {                                                    \
+    if ((d) <= 0) return;                                 \
+    kernel<<<col_grid(d), kThreads, 0, s>>>(__VA_ARGS__); \
+    PN_LAUNCHED();                                        \
   } while (0)
 
 void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
                   double* running_var, double* mean, double* rstd, cudaStream_t s) {
-  PN_COLUMN_LAUNCH(batch_absorb_kernel, d, s, stats, d, eps, alpha, running_mean, running_var,
-                   mean, rstd);
+  PN_COLUMN_LAUNCH(batch_absorb_kernel, d, s, stats, d, eps, alpha, running_mean, running_var, mean,
+                   rstd);
 }
 void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
                        float* dgamma, float* dbeta, cudaStream_t s) {
@@ -166,9 +165,8 @@ void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
                       const double* running_psi2, double* inv_s, cudaStream_t s) {
   PN_COLUMN_LAUNCH(pn_forward_scale_kernel, d, s, t, warmup, d, eps, running_psi2, inv_s);
 }
-void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
-               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2,
-               cudaStream_t s) {
+void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps, double alpha_fwd,
+               double* running_psi2, double* inv_s, double* sum_x2, cudaStream_t s) {
   if (d <= 0) return;
   pn_absorb_kernel<<<col_grid(d), kThreads, 0, s>>>(stats, t, warmup, d, eps, alpha_fwd,
                                                     running_psi2, inv_s, sum_x2);
@@ -179,8 +177,7 @@ void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps
 void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
                      const float* gamma, float* dgamma, float* dbeta, double* g_xh,
                      cudaStream_t s) {
-  PN_COLUMN_LAUNCH(psi_param_grads_kernel, d, s, count, sums, d, inv_s, gamma, dgamma, dbeta,
-                   g_xh);
+  PN_COLUMN_LAUNCH(psi_param_grads_kernel, d, s, count, sums, d, inv_s, gamma, dgamma, dbeta, g_xh);
 }
 void mean_over_count(const double* count, const double* sums, int d, double* b, cudaStream_t s) {
   PN_COLUMN_LAUNCH(mean_over_count_kernel, d, s, count, sums, d, b);

@@ -29,9 +29,9 @@ inline bool gpu_visible(std::string* why) {
   return false;
 }
 
-#define PN_REQUIRE_GPU()                                       \
-  do {                                                         \
-    std::string pn_why_;                                       \
+#define PN_REQUIRE_GPU()                                             \
+  do {                                                               \
+    std::string pn_why_;                                             \
     if (!::pn::test::gpu_visible(&pn_why_)) GTEST_SKIP() << pn_why_; \
   } while (0)
 

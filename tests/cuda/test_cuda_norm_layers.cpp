@@ -1,8 +1,7 @@
-// The batch-type norms run on the GPU as a CUDA layer would run them (big kernels of
-// norm_kernels.cu, per-column state steps of norm_state.cu, every value on the device), against
-// the CPU layers themselves (make_norm): y, dx, dgamma, dbeta and the running state after
-// every iteration, over masked, fully masked and PN warmup iterations. Skipped without a GPU.
-// These pipelines are the blueprint of the device path of layers/norms (not wired yet).
+// The batch-type norms run on the GPU as a CUDA layer would run them (gpu_norm_pipeline.h)
+// against the CPU layers themselves (make_norm): y, dx, dgamma, dbeta and the running state
+// after every iteration, over masked, fully masked and PN warmup iterations. Skipped without a
+// GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,70 +9,10 @@
 
 #include "layers/norms/norm.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/gpu_norm_pipeline.h"
 
 namespace pn::test {
 namespace {
-
-constexpr cudaStream_t kS = nullptr;
-
-struct GpuNormState {  // device copies of what the CPU layers keep as members
-  int d;
-  DBuf<double> stats, sums, g_xh, a, b, mean, rstd, inv_s, sum_x2;
-  DBuf<double> running_mean, running_var, psi2, nu, t;
-  explicit GpuNormState(int dim)
-      : d(dim), stats(1 + 2 * size_t(dim)), sums(2 * size_t(dim)), g_xh(dim), a(dim), b(dim),
-        mean(dim), rstd(dim), inv_s(std::vector<double>(dim, 1.0)), sum_x2(dim),
-        running_mean(std::vector<double>(dim, 0.0)), running_var(std::vector<double>(dim, 1.0)),
-        psi2(std::vector<double>(dim, 1.0)), nu(std::vector<double>(dim, 0.0)),
-        t(std::vector<double>(1, 0.0)) {}
-};
-
-// One training forward and backward of `kind` on the GPU.
-void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState& st, const float* x,
-              const float* dy, const uint8_t* mask, int rows, const float* gamma,
-              const float* beta, float* y, float* dx, float* dgamma, float* dbeta) {
-  const int d = st.d;
-  double* stats = st.stats.data();
-  double* sums = st.sums.data();
-  if (kind == "batch") {
-    cuda::column_stats(x, mask, rows, d, st.running_mean.data(), stats, stats + 1, stats + 1 + d,
-                       kS);
-    // (sync_batch: allreduce_sum_device(stats) here)
-    cuda::batch_absorb(stats, d, o.eps, o.alpha, st.running_mean.data(), st.running_var.data(),
-                       st.mean.data(), st.rstd.data(), kS);
-    cuda::column_affine(x, rows, d, st.mean.data(), st.rstd.data(), gamma, beta, y, kS);
-    cuda::column_dot(dy, x, mask, rows, d, st.mean.data(), sums, sums + d, kS);
-    cuda::batch_param_grads(stats, sums, d, st.rstd.data(), dgamma, dbeta, kS);
-    // (sync_batch: allreduce_sum_device(sums) here)
-    cuda::batch_backward_coeffs(stats, sums, d, gamma, st.rstd.data(), st.a.data(), st.b.data(),
-                                kS);
-    cuda::column_norm_backward(x, dy, mask, rows, d, st.mean.data(), st.rstd.data(), gamma,
-                               st.a.data(), st.b.data(), dx, kS);
-    return;
-  }
-  cuda::column_stats(x, mask, rows, d, nullptr, stats, nullptr, stats + 1, kS);
-  if (kind == "power_v") {
-    cuda::power_v_absorb(stats, d, o.eps, o.alpha, st.psi2.data(), st.inv_s.data(), kS);
-  } else {
-    cuda::pn_forward_scale(st.t.data(), o.warmup, d, o.eps, st.psi2.data(), st.inv_s.data(), kS);
-    cuda::pn_absorb(stats, st.t.data(), o.warmup, d, o.eps, o.alpha_fwd, st.psi2.data(),
-                    st.inv_s.data(), st.sum_x2.data(), kS);
-  }
-  cuda::column_affine(x, rows, d, nullptr, st.inv_s.data(), gamma, beta, y, kS);
-  cuda::column_dot(dy, x, mask, rows, d, nullptr, sums, sums + d, kS);
-  cuda::psi_param_grads(stats, sums, d, st.inv_s.data(), gamma, dgamma, dbeta, st.g_xh.data(),
-                        kS);
-  if (kind == "power_v") {
-    cuda::mean_over_count(stats, st.g_xh.data(), d, st.b.data(), kS);
-    cuda::column_norm_backward(x, dy, mask, rows, d, nullptr, st.inv_s.data(), gamma, nullptr,
-                               st.b.data(), dx, kS);
-  } else {
-    cuda::column_norm_backward(x, dy, mask, rows, d, nullptr, st.inv_s.data(), gamma, nullptr,
-                               st.nu.data(), dx, kS);
-    cuda::pn_nu_update(stats, st.sum_x2.data(), st.g_xh.data(), st.inv_s.data(), d, o.alpha_bkw,
-                       st.nu.data(), kS);
-  }
-}
 
 std::vector<double> gpu_state(GpuNormState& st, const std::string& name) {
   if (name == "running_mean") return st.running_mean.download();
@@ -113,8 +52,8 @@ void compare_layer(const std::string& kind) {
 
     DBuf<float> dxin(x), ddy(dy);
     DBuf<uint8_t> dmask(mask);
-    gpu_step(kind, o, st, dxin.data(), ddy.data(), dmask.data(), rows, dgamma.data(),
-             dbeta.data(), dy_out.data(), ddx.data(), dgg.data(), dgb.data());
+    gpu_step(kind, o, st, dxin.data(), ddy.data(), dmask.data(), rows, dgamma.data(), dbeta.data(),
+             dy_out.data(), ddx.data(), dgg.data(), dgb.data());
     expect_close("y", dy_out.download(), y, 1e-5, 1e-6);
     expect_close("dx", ddx.download(), dx, 1e-5, 1e-6);
     const std::vector<float> cg(store.grad.begin(), store.grad.begin() + d);
@@ -122,8 +61,8 @@ void compare_layer(const std::string& kind) {
     expect_close("dgamma", dgg.download(), cg, 1e-5, 1e-5);
     expect_close("dbeta", dgb.download(), cb, 1e-5, 1e-5);
     for (const StateTensor& s : norm->state())
-      expect_close(s.name.c_str(), gpu_state(st, s.name),
-                   std::vector<double>(s.data, s.data + s.n), 1e-9, 1e-12);
+      expect_close(s.name.c_str(), gpu_state(st, s.name), std::vector<double>(s.data, s.data + s.n),
+                   1e-9, 1e-12);
   }
 }
 

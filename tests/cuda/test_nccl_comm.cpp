@@ -21,8 +21,8 @@ TEST(SingleCommunicator, DeviceSumsAreTheIdentity) {
   auto comm = make_single_communicator();
   EXPECT_TRUE(comm->device_collectives());
   comm->allreduce_sum_device(static_cast<double*>(nullptr), 0, nullptr);
-  const Communicator::Request r = comm->iallreduce_sum_device(static_cast<float*>(nullptr), 0,
-                                                              nullptr);
+  const Communicator::Request r =
+      comm->iallreduce_sum_device(static_cast<float*>(nullptr), 0, nullptr);
   comm->wait_device(r, nullptr);
 }
 
