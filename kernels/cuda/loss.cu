@@ -2,7 +2,8 @@
 // (the formula of kernels/cpu/loss.cpp, fairseq's definition):
 //   lp = log_softmax(z);  nll = -lp[t];  smooth = -sum_j lp[j] = V lse - sum_j z_j;
 //   eps_i = eps / (V - 1);  loss = (1 - eps - eps_i) nll + eps_i smooth
-//   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale)
+//   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale),
+//   softmax(z)_j = exp(z_j - max) / sum_k exp(z_k - max)
 // Per row: max, then sum exp(z - max) and sum z in double (block reductions in fixed order),
 // then the gradient overwrites the row. Row losses go to a per-row array that one block sums in
 // row order, so the totals are deterministic. Masked rows contribute nothing and get dz = 0.
@@ -50,9 +51,10 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   }
   if (!kGrad) return;
   __syncthreads();  // every thread has read z[t]
-  const float lse_f = float(lse), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
+  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum
+  const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    float g = grad_scale * (expf(z[j] - lse_f) - eps_f);
+    float g = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
     if (j == t) g -= grad_scale * (1.f - eps - eps_f);
     z[j] = g;
   }
