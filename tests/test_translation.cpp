@@ -12,7 +12,9 @@
 #include "gradcheck.h"
 #include "model/translation.h"
 #include "test_translation_fixtures.h"
+#include "trainer/average_checkpoints.h"
 #include "trainer/beam_search.h"
+#include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
 
 namespace fs = std::filesystem;
@@ -324,6 +326,39 @@ TEST(TranslationTrainer, ResumesExactlyWithPowerNormAndDropout) {
   ASSERT_EQ(tail.losses.size(), 3u);
   for (size_t u = 0; u < 3; ++u) EXPECT_EQ(tail.losses[u], full.losses[u + 3]) << u;
   EXPECT_EQ(resumed.params().data, straight.params().data);
+  fs::remove_all(dir);
+}
+
+TEST(TranslationTrainer, AveragedCheckpointHoldsTheMeanParametersAndEvaluates) {
+  FLAGS_minloglevel = 1;
+  auto comm = make_single_communicator();
+  const fs::path dir = fs::temp_directory_path() / "pn_mt_average";
+  fs::remove_all(dir);
+  Options o = test::small_mt();
+  o.encoder_norm_self = "power";
+  o.max_update = 6;
+  o.save_dir = dir.string();
+  o.save_interval_updates = 2;
+  Trainer(o, *comm, toy()).train();
+  const auto inputs = newest_checkpoints(dir.string(), 2);
+  ASSERT_EQ(inputs.size(), 2u);
+  EXPECT_EQ(fs::path(inputs[1]).filename(), "checkpoint_6");
+  average_checkpoints(inputs, (dir / "avg").string());
+  const CheckpointFile a = read_checkpoint_file(inputs[0] + "/model.bin");
+  const CheckpointFile b = read_checkpoint_file(inputs[1] + "/model.bin");
+  const CheckpointFile m = read_checkpoint_file((dir / "avg/model.bin").string());
+  const float* pa = reinterpret_cast<const float*>(a.payload.data());
+  const float* pb = reinterpret_cast<const float*>(b.payload.data());
+  const float* pm = reinterpret_cast<const float*>(m.payload.data());
+  const size_t n = m.payload.size() / (3 * sizeof(float));
+  for (size_t i = 0; i < n; i += 97) EXPECT_FLOAT_EQ(pm[i], float((double(pa[i]) + pb[i]) / 2));
+  Options e = o;
+  e.save_dir.clear();
+  e.restore_file = (dir / "avg").string();
+  Trainer averaged(e, *comm, toy());
+  EXPECT_TRUE(averaged.restored());
+  EXPECT_GT(averaged.evaluate(toy().valid).nll, 0.0);
+  EXPECT_THROW(newest_checkpoints(dir.string(), 9), std::runtime_error);
   fs::remove_all(dir);
 }
 
