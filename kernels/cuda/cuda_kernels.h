@@ -19,6 +19,7 @@
 // that use scratch must not run concurrently on two streams (they share the pool).
 #pragma once
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -50,6 +51,15 @@ void gemm_strided_batched(Blas& b, bool trans_a, bool trans_b, int M, int N, int
                           const float* A, int lda, long long stride_a, const float* B, int ldb,
                           long long stride_b, float beta, float* C, int ldc, long long stride_c,
                           int batch);
+
+// bf16 mixed precision (the building blocks of --precision bf16, not wired yet): bf16 operands,
+// float accumulation and float C (CUBLAS_COMPUTE_32F), so master weights, optimizer state and
+// norm statistics stay float. to_bf16 rounds to nearest even; from_bf16 is exact.
+void gemm_bf16(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+               const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float beta,
+               float* C, int ldc);
+void to_bf16(const float* x, size_t n, __nv_bfloat16* y, cudaStream_t s);
+void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 
 // ---- element-wise ---------------------------------------------------------------------------
 void fill(float* x, size_t n, float value, cudaStream_t s);

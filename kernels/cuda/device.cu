@@ -104,4 +104,12 @@ void gemm_strided_batched(Blas& b, bool ta, bool tb, int M, int N, int K, float 
                                           ldc, sc, batch, compute(b), CUBLAS_GEMM_DEFAULT));
 }
 
+void gemm_bf16(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const __nv_bfloat16* A,
+               int lda, const __nv_bfloat16* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb, A,
+                            CUDA_R_16BF, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace pn::cuda

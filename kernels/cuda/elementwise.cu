@@ -105,6 +105,13 @@ void bias_grad(const float* dy, int rows, int cols, float* db, cudaStream_t s) {
   column_reduce(BiasGradOp{dy, cols}, nullptr, rows, cols, db, static_cast<float*>(nullptr), s);
 }
 
+void to_bf16(const float* x, size_t n, __nv_bfloat16* y, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] = __float2bfloat16_rn(x[i]); });
+}
+void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] = __bfloat162float(x[i]); });
+}
+
 void relu_forward(const float* x, size_t n, float* y, cudaStream_t s) {
   for_each(n, s, [=] __device__(size_t i) { y[i] = x[i] > 0.f ? x[i] : 0.f; });
 }

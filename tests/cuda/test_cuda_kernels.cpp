@@ -33,6 +33,29 @@ TEST(CudaKernels, GemmAllTransposes) {
     }
 }
 
+// bf16 operands, float accumulation: the CPU GEMM of the bf16-rounded operands, to float
+// rounding; and the rounding itself (to nearest even, 8 bits of mantissa).
+TEST(CudaKernels, Bf16GemmAndConversions) {
+  PN_REQUIRE_GPU();
+  cuda::Blas blas(kStream, false);
+  const int M = 33, N = 20, K = 64;
+  const auto A = randf(size_t(M) * K, 60), B = randf(size_t(K) * N, 61);
+  DBuf<float> dA(A), dB(B), dAr(A.size()), dBr(B.size()), dC(size_t(M) * N);
+  DBuf<__nv_bfloat16> hA(A.size()), hB(B.size());
+  cuda::to_bf16(dA.data(), A.size(), hA.data(), kStream);
+  cuda::to_bf16(dB.data(), B.size(), hB.data(), kStream);
+  cuda::from_bf16(hA.data(), A.size(), dAr.data(), kStream);
+  cuda::from_bf16(hB.data(), B.size(), dBr.data(), kStream);
+  const auto Ar = dAr.download(), Br = dBr.download();
+  for (size_t i = 0; i < A.size(); ++i)
+    ASSERT_LE(std::fabs(Ar[i] - A[i]), std::ldexp(std::fabs(A[i]), -8)) << "bf16 rounding " << i;
+  cuda::gemm_bf16(blas, false, true, M, N, K, 1.f, hA.data(), K, hB.data(), K, 0.f, dC.data(), N);
+  std::vector<float> C(size_t(M) * N);
+  // B^T of the rounded B: B is [K, N] here read as [N, K] with trans_b (ldb = K).
+  k::gemm<float>(false, true, M, N, K, 1.f, Ar.data(), K, Br.data(), K, 0.f, C.data(), N);
+  expect_close("gemm_bf16", dC.download(), C, 1e-5, 1e-5);
+}
+
 TEST(CudaKernels, ElementWise) {
   PN_REQUIRE_GPU();
   const int rows = 67, cols = 45;
