@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from pn_metrics import read_metrics
+from pn_metrics import int_list, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = {
@@ -46,16 +46,6 @@ CSV_FIELDS = ["norm", "mini_batch", "update_freq", "stats_groups", "ranks", "val
 def die(msg):
     print("ablate: error: " + msg, file=sys.stderr)
     sys.exit(2)
-
-
-def int_list(text, what):
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        die("%s '%s' must be comma-separated integers" % (what, text))
-    if not vals or any(v <= 0 for v in vals):
-        die("%s '%s' must be positive integers" % (what, text))
-    return vals
 
 
 def read_ini(path):
@@ -177,7 +167,10 @@ def main():
     data = a.data or data
     out = os.path.abspath(a.out or "ablate_" + preset)
     norms = [n.strip() for n in a.norms.split(",") if n.strip()]
-    minis = int_list(a.mini_batches, "--mini-batches")
+    try:
+        minis = int_list(a.mini_batches, "--mini-batches")
+    except ValueError as e:
+        die(str(e))
     U, R = a.update_tokens, a.ranks
     if not norms:
         die("--norms is empty")

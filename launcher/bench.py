@@ -30,6 +30,8 @@ import shlex
 import subprocess
 import sys
 
+from pn_metrics import int_list
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NORMS = ["layer", "batch", "sync_batch", "power", "power_v", "sync_power_v", "sync_power",
          "rms", "group"]
@@ -42,16 +44,6 @@ SPLIT = [("compute_ms", "compute (fwd+bwd)"), ("stats_allreduce_ms", "statistics
 def die(msg):
     print("bench: error: " + msg, file=sys.stderr)
     sys.exit(2)
-
-
-def int_list(text, what):
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        die("%s '%s' must be comma-separated integers" % (what, text))
-    if not vals or any(v <= 0 for v in vals):
-        die("%s '%s' must be positive integers" % (what, text))
-    return vals
 
 
 def mpirun_cmd(ranks, cores, extra_args):
@@ -156,7 +148,10 @@ def main():
                         "its own node: cores / ranks there)")
     a = p.parse_args(argv)
 
-    ranks = int_list(a.ranks, "--ranks")
+    try:
+        ranks = int_list(a.ranks, "--ranks")
+    except ValueError as e:
+        die(str(e))
     if 1 not in ranks:
         print("bench: adding 1 rank to --ranks: it is the efficiency baseline")
         ranks.append(1)

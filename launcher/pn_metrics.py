@@ -1,4 +1,5 @@
-"""Reading pntrain --metrics files (JSONL), shared by ablate.py and plot.py."""
+"""Shared by the launcher scripts (ablate.py, bench.py, plot.py): reading pntrain --metrics
+files (JSONL) and comma-separated flag values."""
 import json
 import os
 import sys
@@ -24,3 +25,14 @@ def read_metrics(path, warn=False):
                 continue
             (valids if "valid_loss" in j else updates).append(j)
     return updates, valids
+
+
+def int_list(text, what):
+    """The positive integers of a comma-separated flag value; ValueError naming the flag."""
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError("%s '%s' must be comma-separated integers" % (what, text))
+    if not vals or any(v <= 0 for v in vals):
+        raise ValueError("%s '%s' must be positive integers" % (what, text))
+    return vals
