@@ -91,6 +91,9 @@ template <class T>
 void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_t seq_stride,
                     int N, int len, int d, int heads, const uint8_t* key_mask, int mask_stride,
                     T* ctx);
+// In place, per row: x <- x - max - log(sum_j exp(x_j - max)) (decoding's log-probabilities).
+template <class T>
+void log_softmax_rows(T* x, int rows, int cols);
 
 // ---- row normalisation (LayerNorm) ----------------------------------------------------------
 // y = gamma * (x - mu_i) * rstd_i + beta, rstd_i = 1/sqrt(var_i + eps); saves mu, rstd per row.

@@ -337,28 +337,22 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
   }
   dec_norm_final->forward(x, ones, N, st->a.data(), false);
   emb.output_forward(st->a.data(), N, logprobs);
-  for (int n = 0; n < N; ++n) {  // log-softmax per row
-    T* row = logprobs + size_t(n) * V;
-    T mx = row[0];
-    for (int v = 1; v < V; ++v) mx = row[v] > mx ? row[v] : mx;
-    double sum = 0;
-    for (int v = 0; v < V; ++v) sum += std::exp(double(row[v] - mx));
-    const T lse = mx + T(std::log(sum));
-    for (int v = 0; v < V; ++v) row[v] -= lse;
-  }
+  k::log_softmax_rows<T>(logprobs, N, V);
 }
 
 template <class T>
 void TranslationModel<T>::reorder(DecodeState* st, const std::vector<int>& from, int steps_done) {
   // Beams only ever move within their sentence, so the source mask and the cross-attention
   // keys (identical across a sentence's beams) stay; the self-attention caches follow.
+  // Only the filled prefix of each row moves, into a second buffer that is then swapped in.
   const int d = config.dim;
   const size_t stride = size_t(st->max_len) * 2 * d, used = size_t(steps_done) * 2 * d;
-  std::vector<T> old;
   for (auto& cache : st->self_kv) {
-    old.assign(cache.begin(), cache.end());
+    st->kv_spare.resize(cache.size());
     for (int r = 0; r < st->rows; ++r)
-      std::copy_n(old.data() + size_t(from[r]) * stride, used, cache.data() + size_t(r) * stride);
+      std::copy_n(cache.data() + size_t(from[r]) * stride, used,
+                  st->kv_spare.data() + size_t(r) * stride);
+    cache.swap(st->kv_spare);
   }
 }
 

@@ -100,6 +100,7 @@ struct TranslationModel {
     std::vector<uint8_t> src_mask;                  // [rows, src_len]
     std::vector<std::vector<T>> self_kv, cross_kv;  // per decoder block: [rows, max_len|src_len, 2d]
     std::vector<T> x, a, tmp, q, ctx, out;          // scratch of one step
+    std::vector<T> kv_spare;                        // reorder's second cache buffer
     std::vector<uint8_t> ones;
   };
   // Encodes the batch's sources and repeats every sentence `beam` times (rows = nseq*beam).

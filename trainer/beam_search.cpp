@@ -86,6 +86,7 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
     std::vector<char> done(S, 0);
     lp.resize(size_t(N) * V);
     std::vector<Candidate> cand;
+    std::vector<int32_t> top;
     std::vector<int> from(N);
     std::vector<int32_t> next_tokens(N);
     std::vector<double> next_scores(N);
@@ -108,8 +109,15 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
             cand.push_back({scores[r] + row[eos], r, eos});
             continue;
           }
+          // Only a row's 2K best tokens can be among the sentence's 2K best continuations.
+          top.clear();
           for (int v = 0; v < V; ++v)
-            if (v != pad) cand.push_back({scores[r] + row[v], r, int32_t(v)});
+            if (v != pad) top.push_back(v);
+          const size_t m = std::min(top.size(), size_t(2 * K));
+          std::nth_element(top.begin(), top.begin() + (m - 1), top.end(), [&](int a, int c) {
+            return row[a] != row[c] ? row[a] > row[c] : a < c;
+          });
+          for (size_t i = 0; i < m; ++i) cand.push_back({scores[r] + row[top[i]], r, top[i]});
         }
         const size_t keep = std::min(cand.size(), size_t(2 * K));
         auto better = [](const Candidate& a, const Candidate& c) {

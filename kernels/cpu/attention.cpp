@@ -3,10 +3,12 @@
 //   S = Q K^T / sqrt(dh);  P = softmax over j <= i;  ctx = P V
 // Backward: dP = dctx V^T; dS = P * (dP - rowsum(P * dP)); dQ = dS K / sqrt(dh);
 //           dK = dS^T Q / sqrt(dh); dV = P^T dctx.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/kernels.h"
 
 namespace pn::k {
@@ -182,7 +184,8 @@ void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_
 #pragma omp parallel for schedule(static) collapse(2)
   for (int n = 0; n < N; ++n)
     for (int h = 0; h < heads; ++h) {
-      std::vector<T> w(static_cast<size_t>(len), T(0));
+      thread_local std::vector<T> w;  // scores of one (row, head), reused across calls
+      w.assign(static_cast<size_t>(len), T(0));
       const T* qn = q + size_t(n) * ldq + size_t(h) * dh;
       const T* kn = k + size_t(n) * seq_stride + size_t(h) * dh;
       const T* vn = v + size_t(n) * seq_stride + size_t(h) * dh;
@@ -211,6 +214,28 @@ void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_
     }
 }
 
+template <class T>
+void log_softmax_rows(T* x, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r) {
+    T* row = x + size_t(r) * cols;
+    T mx = row[0];
+    for (int j = 1; j < cols; ++j) mx = row[j] > mx ? row[j] : mx;
+    double sum = 0;
+    constexpr int kBlock = 256;  // vectorised exps in T, blocks summed in double
+    for (int j0 = 0; j0 < cols; j0 += kBlock) {
+      const int j1 = std::min(cols, j0 + kBlock);
+      T part = 0;
+#pragma omp simd reduction(+ : part)
+      for (int j = j0; j < j1; ++j) part += fast_exp(T(row[j] - mx));
+      sum += double(part);
+    }
+    const T lse = mx + T(std::log(sum));
+#pragma omp simd
+    for (int j = 0; j < cols; ++j) row[j] -= lse;
+  }
+}
+
 #define PN_MHA_INSTANTIATE(T)                                                                  \
   template void mha_forward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,   \
                                bool, const uint8_t*, const uint8_t*, float, T*, T*, T*);          \
@@ -218,7 +243,8 @@ void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_
                                 bool, const uint8_t*, const uint8_t*, float, const T*, const T*,  \
                                 const T*, T*, T*, T*, T*);                                        \
   template void attention_step<T>(const T*, int, const T*, const T*, int, size_t, int, int, int,  \
-                                  int, const uint8_t*, int, T*);
+                                  int, const uint8_t*, int, T*);                            \
+  template void log_softmax_rows<T>(T*, int, int);
 PN_MHA_INSTANTIATE(float)
 PN_MHA_INSTANTIATE(double)
 #undef PN_MHA_INSTANTIATE
