@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 
-from pn_metrics import int_list, read_metrics
+from pn_metrics import int_list, read_metrics, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS = {
@@ -136,11 +136,7 @@ def write_png(rows, path, title):
 
 
 def main():
-    argv = sys.argv[1:]
-    extra = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_passthrough(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pntrain", required=True, help="path of the built pntrain")

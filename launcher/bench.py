@@ -30,7 +30,7 @@ import shlex
 import subprocess
 import sys
 
-from pn_metrics import int_list
+from pn_metrics import int_list, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NORMS = ["layer", "batch", "sync_batch", "power", "power_v", "sync_power_v", "sync_power",
@@ -121,11 +121,7 @@ def write_png(rows, path):
 
 
 def main():
-    argv = sys.argv[1:]
-    extra = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_passthrough(sys.argv[1:])
     p = argparse.ArgumentParser(
         prog="pn bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pnbench", required=True, help="path of the pnbench executable")

@@ -36,3 +36,11 @@ def int_list(text, what):
     if not vals or any(v <= 0 for v in vals):
         raise ValueError("%s '%s' must be positive integers" % (what, text))
     return vals
+
+
+def split_passthrough(argv):
+    """(the script's own arguments, the pntrain flags after "--")."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, []
