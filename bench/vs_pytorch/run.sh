@@ -62,7 +62,7 @@ mkdir -p "$OUT"
 MPIRUN="${MPIRUN:-mpirun}"
 MPI_ARGS=(--bind-to none)
 [ "$(id -u)" = 0 ] && MPI_ARGS+=(--allow-run-as-root)
-CORES="$(nproc)"
+CORES="$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)"  # nproc alone honours OMP_NUM_THREADS
 TOTAL=$((WARMUP + UPDATES))
 
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $CORES cores"
