@@ -342,17 +342,33 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
 
 template <class T>
 void TranslationModel<T>::reorder(DecodeState* st, const std::vector<int>& from, int steps_done) {
-  // Beams only ever move within their sentence, so the source mask and the cross-attention
-  // keys (identical across a sentence's beams) stay; the self-attention caches follow.
-  // Only the filled prefix of each row moves, into a second buffer that is then swapped in.
-  const int d = config.dim;
+  // Row r of the new state is row from[r] of the old one; from may be shorter than the old
+  // rows (finished sentences leave). Only the filled prefix of the self-attention caches moves,
+  // into a spare buffer that is then swapped in.
+  const int d = config.dim, rows = int(from.size()), Ts = st->src_len;
   const size_t stride = size_t(st->max_len) * 2 * d, used = size_t(steps_done) * 2 * d;
   for (auto& cache : st->self_kv) {
-    st->kv_spare.resize(cache.size());
-    for (int r = 0; r < st->rows; ++r)
+    st->kv_spare.resize(size_t(rows) * stride);
+    for (int r = 0; r < rows; ++r)
       std::copy_n(cache.data() + size_t(from[r]) * stride, used,
                   st->kv_spare.data() + size_t(r) * stride);
     cache.swap(st->kv_spare);
+  }
+  if (rows != st->rows) {  // sentences left: compact the per-sentence source side too
+    const size_t per_seq = size_t(Ts) * 2 * d;
+    for (auto& kv : st->cross_kv) {
+      st->kv_spare.resize(size_t(rows) * per_seq);
+      for (int r = 0; r < rows; ++r)
+        std::copy_n(kv.data() + size_t(from[r]) * per_seq, per_seq,
+                    st->kv_spare.data() + size_t(r) * per_seq);
+      kv.swap(st->kv_spare);
+    }
+    std::vector<uint8_t> mask(size_t(rows) * Ts);
+    for (int r = 0; r < rows; ++r)
+      std::copy_n(st->src_mask.data() + size_t(from[r]) * Ts, Ts, mask.data() + size_t(r) * Ts);
+    st->src_mask.swap(mask);
+    st->rows = rows;
+    st->ones.assign(size_t(rows), 1);
   }
 }
 

@@ -107,7 +107,9 @@ struct TranslationModel {
   void begin_decode(const ParallelBatch& batch, int beam, int max_len, DecodeState* st);
   // Feeds tokens [rows] at position `step`; writes log-probabilities [rows, V].
   void decode_step(DecodeState* st, const int32_t* tokens, int step, T* logprobs);
-  // Row r of the new state is row from[r] of the old one (beam reordering; caches up to step).
+  // Row r of the new state is row from[r] of the old one (beam reordering; caches up to
+  // steps_done). A shorter `from` drops rows (finished sentences); a row only ever takes a row
+  // of its own sentence, whose source side is the same.
   void reorder(DecodeState* st, const std::vector<int>& from, int steps_done);
 
  private:

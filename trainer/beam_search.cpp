@@ -79,6 +79,10 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
       ML = std::max(ML, max_len[s]);
     }
     model.begin_decode(b, K, ML + 1, &st);
+    // Rows a*K .. a*K+K-1 of the decoder state belong to sentence active[a]; a finished
+    // sentence leaves the state, so the batch shrinks as sentences end.
+    std::vector<int> active(S);
+    std::iota(active.begin(), active.end(), 0);
     std::vector<int32_t> tokens(N, eos);
     std::vector<double> scores(N, 0.0);
     std::vector<std::vector<int32_t>> seqs(N);
@@ -87,23 +91,26 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
     lp.resize(size_t(N) * V);
     std::vector<Candidate> cand;
     std::vector<int32_t> top;
-    std::vector<int> from(N);
+    std::vector<int> from(N), select;
     std::vector<int32_t> next_tokens(N);
     std::vector<double> next_scores(N);
+    const double kDead = -std::numeric_limits<double>::infinity();
     for (int step = 0; step <= ML; ++step) {
+      const int A = int(active.size());
       model.decode_step(&st, tokens.data(), step, lp.data());
-      for (int s = 0; s < S; ++s) {
-        for (int k = 0; k < K; ++k) {  // finished sentences keep their rows, unused
-          from[s * K + k] = s * K + k;
-          next_tokens[s * K + k] = eos;
-          next_scores[s * K + k] = scores[s * K + k];
+      for (int a = 0; a < A; ++a) {
+        const int s = active[a];
+        for (int k = 0; k < K; ++k) {  // rows left unfilled below never win
+          from[a * K + k] = a * K + k;
+          next_tokens[a * K + k] = eos;
+          next_scores[a * K + k] = kDead;
         }
-        if (done[s]) continue;
         const bool force_eos = step >= max_len[s];
         cand.clear();
         // At step 0 the K rows of a sentence are identical: only the first one expands.
         for (int k = 0; k < (step == 0 ? 1 : K); ++k) {
-          const int r = s * K + k;
+          const int r = a * K + k;
+          if (scores[r] == kDead) continue;
           const float* row = lp.data() + size_t(r) * V;
           if (force_eos) {
             cand.push_back({scores[r] + row[eos], r, eos});
@@ -114,16 +121,16 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
           for (int v = 0; v < V; ++v)
             if (v != pad) top.push_back(v);
           const size_t m = std::min(top.size(), size_t(2 * K));
-          std::nth_element(top.begin(), top.begin() + (m - 1), top.end(), [&](int a, int c) {
-            return row[a] != row[c] ? row[a] > row[c] : a < c;
+          std::nth_element(top.begin(), top.begin() + (m - 1), top.end(), [&](int x, int y) {
+            return row[x] != row[y] ? row[x] > row[y] : x < y;
           });
           for (size_t i = 0; i < m; ++i) cand.push_back({scores[r] + row[top[i]], r, top[i]});
         }
         const size_t keep = std::min(cand.size(), size_t(2 * K));
-        auto better = [](const Candidate& a, const Candidate& c) {
-          if (a.score != c.score) return a.score > c.score;
-          if (a.row != c.row) return a.row < c.row;
-          return a.token < c.token;
+        auto better = [](const Candidate& x, const Candidate& y) {
+          if (x.score != y.score) return x.score > y.score;
+          if (x.row != y.row) return x.row < y.row;
+          return x.token < y.token;
         };
         std::partial_sort(cand.begin(), cand.begin() + keep, cand.end(), better);
         int live = 0;
@@ -140,23 +147,37 @@ std::vector<Hypothesis> beam_search(TranslationModel<float>& model,
             }
             continue;
           }
-          const int r = s * K + live++;
+          const int r = a * K + live++;
           from[r] = c.row;
           next_tokens[r] = c.token;
           next_scores[r] = c.score;
         }
         if (int(finished[s].size()) >= K || force_eos || live == 0) done[s] = 1;
       }
-      std::vector<std::vector<int32_t>> new_seqs(N);
-      for (int r = 0; r < N; ++r) {
-        new_seqs[r] = seqs[from[r]];
-        new_seqs[r].push_back(next_tokens[r]);
+      // The next state: the unfinished sentences' new beams, in order.
+      select.clear();
+      std::vector<int> still;
+      for (int a = 0; a < A; ++a)
+        if (!done[active[a]]) {
+          still.push_back(active[a]);
+          for (int k = 0; k < K; ++k) select.push_back(a * K + k);
+        }
+      if (still.empty()) break;
+      const int rows = int(select.size());
+      std::vector<std::vector<int32_t>> new_seqs(rows);
+      std::vector<int> state_from(rows);
+      tokens.resize(rows), scores.resize(rows);
+      for (int r = 0; r < rows; ++r) {
+        const int old = select[r];
+        state_from[r] = from[old];
+        new_seqs[r] = seqs[from[old]];
+        new_seqs[r].push_back(next_tokens[old]);
+        tokens[r] = next_tokens[old];
+        scores[r] = next_scores[old];
       }
       seqs.swap(new_seqs);
-      tokens = next_tokens;
-      scores = next_scores;
-      if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) break;
-      model.reorder(&st, from, step + 1);
+      active.swap(still);
+      model.reorder(&st, state_from, step + 1);
     }
     for (int s = 0; s < S; ++s) {
       auto& f = finished[s];
