@@ -362,5 +362,23 @@ TEST(TranslationTrainer, AveragedCheckpointHoldsTheMeanParametersAndEvaluates) {
   fs::remove_all(dir);
 }
 
+TEST(TranslationTrainer, ProbesTheEncodersBatchStatistics) {
+  FLAGS_minloglevel = 1;
+  auto comm = make_single_communicator();
+  const fs::path metrics = fs::temp_directory_path() / "pn_mt_probe.jsonl";
+  Options o = test::small_mt();
+  o.encoder_norm_self = o.encoder_norm_ff = "power";
+  o.max_update = 2;
+  o.probe_norm_stats = "all";
+  o.metrics = metrics.string();
+  Trainer(o, *comm, toy()).train();
+  std::ifstream in(metrics);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_NE(line.find("\"0.self\""), std::string::npos) << line;
+  EXPECT_NE(line.find("dist_psi2"), std::string::npos) << line;
+  fs::remove(metrics);
+}
+
 }  // namespace
 }  // namespace pn

@@ -102,8 +102,6 @@ Trainer::Trainer(const Options& options, Communicator& comm, ParallelCorpus corp
     comm_.timeout_s = opt_.comm_timeout + 10;
     watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
   }
-  if (!opt_.probe_norm_stats.empty())
-    throw std::invalid_argument("--probe-norm-stats is not supported with --arch transformer yet");
   mt_ = std::make_unique<TranslationModel<float>>(
       translation_config(opt_, parallel_.src_vocab.size(), parallel_.tgt_vocab.size()), opt_.seed,
       &comm_);
@@ -117,7 +115,13 @@ void Trainer::setup() {
     std::set<std::string> chosen;
     std::stringstream list(opt_.probe_norm_stats);
     for (std::string item; std::getline(list, item, ',');) chosen.insert(item);
-    const int L = int(model_->blocks.size());
+    // Block indices name LM blocks, or for translation the encoder blocks (where the paper puts
+    // its batch-type norms); 'final' is the LM's or the encoder's final norm.
+    const int L = int(mt_ ? mt_->encoder.size() : model_->blocks.size());
+    auto block_norm = [&](int l, bool self) -> Norm<float>* {
+      if (mt_) return (self ? mt_->encoder[l].norm_self : mt_->encoder[l].norm_ff).get();
+      return (self ? model_->blocks[l].norm_self : model_->blocks[l].norm_ff).get();
+    };
     for (const std::string& item : chosen)
       if (item != "all" && item != "final" &&
           (item.find_first_not_of("0123456789") != std::string::npos || std::stoi(item) >= L))
@@ -126,10 +130,11 @@ void Trainer::setup() {
     const bool all = chosen.count("all") > 0;
     for (int l = 0; l < L; ++l)
       if (all || chosen.count(std::to_string(l))) {
-        probed_.emplace_back(std::to_string(l) + ".self", model_->blocks[l].norm_self.get());
-        probed_.emplace_back(std::to_string(l) + ".ff", model_->blocks[l].norm_ff.get());
+        probed_.emplace_back(std::to_string(l) + ".self", block_norm(l, true));
+        probed_.emplace_back(std::to_string(l) + ".ff", block_norm(l, false));
       }
-    if (all || chosen.count("final")) probed_.emplace_back("final", model_->norm_final.get());
+    if (all || chosen.count("final"))
+      probed_.emplace_back("final", mt_ ? mt_->enc_norm_final.get() : model_->norm_final.get());
     for (auto& [name, norm] : probed_) norm->probed()->probe = true;
   }
   adam_m_.assign(params().size(), 0.0f);
