@@ -12,18 +12,25 @@ after the other (under mpirun when --ranks > 1). A cell whose metrics file alrea
 final validation line (and was run with the same command) is skipped, so an interrupted
 ablation resumes where it stopped.
 
+--task translation runs the grid on IWSLT'14 (--arch transformer configs): the norm varies in
+the encoder's places (the decoder keeps the config's LayerNorm, as in the paper), and after
+training each cell translates the gen subset with beam search from its last checkpoint
+(eval.log, bleu.txt); BLEU is the cell's metric.
+
 Writes OUT/<norm>_m<m>/{metrics.jsonl,train.log,cmd.txt}, OUT/ablation.csv and, when
-matplotlib is installed, OUT/ablation.png (valid perplexity over the mini-batch, one line per
-norm).
+matplotlib is installed, OUT/ablation.png (valid perplexity, or BLEU for translation, over the
+mini-batch, one line per norm).
 
 Usage: ablate.py --pntrain BUILD/bin/pntrain [--quick|--full] [--norms layer,batch,power_v,power]
                  [--mini-batches 512,1024,2048,4096] [--update-tokens 4096] [--ranks 1]
-                 [--ghost] [--out DIR] [-- extra pntrain flags]
+                 [--ghost] [--task lm|translation] [--beam 5] [--gen-sentences N]
+                 [--out DIR] [-- extra pntrain flags]
 """
 import argparse
 import csv
 import math
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -33,14 +40,22 @@ import time
 from pn_metrics import int_list, read_metrics, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IWSLT = os.path.join(ROOT, "..", "shared", "data", "iwslt14-de-en")
 PRESETS = {
-    # name: (config, data directory or None to keep the config's)
-    "quick": (os.path.join(ROOT, "configs", "ablate_quick.ini"), None),
-    "full": (os.path.join(ROOT, "configs", "ablate_ptb.ini"),
-             os.path.join(ROOT, "..", "shared", "data", "ptb")),
+    # (task, name): (config, data directory or None to keep the config's, sentences to
+    # translate for BLEU (translation; 0 = all))
+    ("lm", "quick"): (os.path.join(ROOT, "configs", "ablate_quick.ini"), None, 0),
+    ("lm", "full"): (os.path.join(ROOT, "configs", "ablate_ptb.ini"),
+                     os.path.join(ROOT, "..", "shared", "data", "ptb"), 0),
+    ("translation", "quick"): (os.path.join(ROOT, "configs", "ablate_iwslt_quick.ini"), IWSLT,
+                               300),
+    ("translation", "full"): (os.path.join(ROOT, "configs", "iwslt_small.ini"), IWSLT, 0),
 }
 CSV_FIELDS = ["norm", "mini_batch", "update_freq", "stats_groups", "ranks", "valid_loss",
-              "valid_ppl", "tokens_per_s_median"]
+              "valid_ppl", "bleu", "tokens_per_s_median"]
+# The norm a translation cell varies: the encoder's (the paper's setting; the decoder keeps
+# the config's, LayerNorm).
+ENCODER_NORM_FLAGS = ["--encoder-norm-self", "--encoder-norm-ff", "--encoder-norm-final"]
 
 
 def die(msg):
@@ -95,19 +110,44 @@ def finished(cell_dir, max_update, cmd_text):
         return False
 
 
+def read_bleu(cell_dir):
+    """The BLEU score a translation cell's evaluation printed (bleu.txt), or None."""
+    try:
+        with open(os.path.join(cell_dir, "bleu.txt")) as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def evaluate_bleu(cmd, cell_dir):
+    """Runs the cell's --eval-only command (beam search on the gen subset); writes bleu.txt
+    from its 'BLEU = x' line. Returns the score or None."""
+    with open(os.path.join(cell_dir, "eval.log"), "w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(cell_dir, "eval.log"), errors="replace") as f:
+        found = re.findall(r"BLEU = ([0-9.]+)", f.read())
+    if rc != 0 or not found:
+        return None
+    with open(os.path.join(cell_dir, "bleu.txt"), "w") as f:
+        f.write(found[-1] + "\n")
+    return float(found[-1])
+
+
 def summarize(norm, m, uf, groups, ranks, cell_dir):
     updates, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
+    bleu = read_bleu(cell_dir)
     tps = [u["tokens_per_s"] for u in updates if isinstance(u.get("tokens_per_s"), (int, float))]
     v = valids[-1] if valids else {}
     return {
         "norm": norm, "mini_batch": m, "update_freq": uf, "stats_groups": groups, "ranks": ranks,
         "valid_loss": v.get("valid_loss", float("nan")),
         "valid_ppl": v.get("valid_ppl", float("nan")),
+        "bleu": "" if bleu is None else bleu,
         "tokens_per_s_median": statistics.median(tps) if tps else float("nan"),
     }
 
 
-def write_png(rows, path, title):
+def write_png(rows, path, title, metric="valid_ppl", label="validation perplexity"):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -116,7 +156,7 @@ def write_png(rows, path, title):
         return False
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for norm in dict.fromkeys(r["norm"] for r in rows):
-        pts = sorted((r["mini_batch"], r["valid_ppl"]) for r in rows if r["norm"] == norm)
+        pts = sorted((r["mini_batch"], r[metric]) for r in rows if r["norm"] == norm)
         pts = [(x, y) for x, y in pts if isinstance(y, float) and math.isfinite(y)]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=norm)
@@ -125,7 +165,7 @@ def write_png(rows, path, title):
     ax.set_xticks(xs)
     ax.set_xticklabels([str(x) for x in xs])
     ax.set_xlabel("statistics mini-batch (tokens)")
-    ax.set_ylabel("validation perplexity")
+    ax.set_ylabel(label)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(title="norm")
@@ -142,9 +182,17 @@ def main():
     p.add_argument("--pntrain", required=True, help="path of the built pntrain")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                   help="configs/ablate_quick.ini on the builtin corpus (default)")
+                   help="lm: configs/ablate_quick.ini on the builtin corpus (default); "
+                        "translation: configs/ablate_iwslt_quick.ini, BLEU on 300 sentences")
     g.add_argument("--full", dest="preset", action="store_const", const="full",
-                   help="configs/ablate_ptb.ini on ../shared/data/ptb")
+                   help="lm: configs/ablate_ptb.ini on ../shared/data/ptb; translation: "
+                        "configs/iwslt_small.ini, BLEU on the whole gen subset")
+    p.add_argument("--task", choices=["lm", "translation"], default="lm",
+                   help="translation: the norm varies in the encoder (the decoder keeps the "
+                        "config's), and each cell is scored by test BLEU after training")
+    p.add_argument("--beam", type=int, default=5, help="translation: beam size for BLEU")
+    p.add_argument("--gen-sentences", type=int, default=None,
+                   help="translation: sentences translated for BLEU (0: all; default: preset)")
     p.add_argument("--config", help="INI file instead of the preset's")
     p.add_argument("--data", help="data directory instead of the preset's")
     p.add_argument("--norms", default="layer,batch,power_v,power")
@@ -158,10 +206,16 @@ def main():
     a = p.parse_args(argv)
 
     preset = a.preset or "quick"
-    config, data = PRESETS[preset]
+    translation = a.task == "translation"
+    config, data, gen_sentences = PRESETS[(a.task, preset)]
+    if a.gen_sentences is not None:
+        gen_sentences = a.gen_sentences
+    if translation and a.ghost:
+        die("--ghost is for the language model: pntrain --arch transformer has no ghost "
+            "statistics")
     config = os.path.abspath(a.config or config)
     data = a.data or data
-    out = os.path.abspath(a.out or "ablate_" + preset)
+    out = os.path.abspath(a.out or "ablate_" + ("iwslt_" if translation else "") + preset)
     norms = [n.strip() for n in a.norms.split(",") if n.strip()]
     try:
         minis = int_list(a.mini_batches, "--mini-batches")
@@ -193,10 +247,11 @@ def main():
             die("mini-batch %d does not divide --update-tokens %d" % (m, U))
         if m % R:
             die("mini-batch %d is not divisible by --ranks %d" % (m, R))
-        if (m // R) % tps:
+        if not translation and (m // R) % tps:
             die("mini-batch %d / %d ranks = %d tokens per rank is not a multiple of "
                 "tokens-per-sample %d" % (m, R, m // R, tps))
-    for k in ("norm", "max-tokens", "update-freq", "stats-batch-tokens", "metrics"):
+    for k in ("norm", "max-tokens", "update-freq", "stats-batch-tokens", "metrics", "save-dir",
+              "encoder-norm-self", "encoder-norm-ff", "encoder-norm-final", "eval-only"):
         if flag_value(extra, k, None) is not None:
             die("--%s is set by the ablation; do not pass it after --" % k)
 
@@ -219,26 +274,43 @@ def main():
         args = ["--config", config]
         if data is not None:
             args += ["--data", data]
-        args += ["--norm", norm, "--max-tokens", str(m * groups // R), "--update-freq", str(uf)]
+        if translation:
+            args += [x for flag in ENCODER_NORM_FLAGS for x in (flag, norm)]
+            args += ["--save-dir", os.path.join(cell_dir, "checkpoints"), "--keep-last", "1"]
+        else:
+            args += ["--norm", norm]
+        args += ["--max-tokens", str(m * groups // R), "--update-freq", str(uf)]
         if a.ghost:
             args += ["--stats-batch-tokens", str(m // R)]
         args += ["--metrics", metrics] + extra
         cmd = mpirun_prefix(R) + [os.path.abspath(a.pntrain)] + args
         cmd_text = " ".join(mpirun_prefix(R) + ["pntrain"] + args)
+        # Translation: BLEU of beam search with the last checkpoint, after training.
+        eval_cmd = cmd + ["--eval-only", "--beam", str(a.beam), "--remove-bpe",
+                          "--gen-max-sentences", str(gen_sentences)]
         tag = "[%d/%d] norm %-8s mini-batch %5d (max-tokens %d x %d rank(s), update-freq %d%s)" % (
             i, len(cells), norm, m, m * groups // R, R, uf,
             ", %d ghost groups" % groups if a.ghost else "")
-        if finished(cell_dir, max_update, cmd_text):
+        if finished(cell_dir, max_update, cmd_text) and (
+                not translation or read_bleu(cell_dir) is not None):
             row = summarize(norm, m, uf, groups, R, cell_dir)
-            print("%s: done before, skipped: valid ppl %.3f" % (tag, row["valid_ppl"]), flush=True)
+            print("%s: done before, skipped: valid ppl %.3f%s" % (
+                tag, row["valid_ppl"], " BLEU %s" % row["bleu"] if translation else ""),
+                flush=True)
             rows.append(row)
             continue
         print("%s: running ..." % tag, end="", flush=True)
         with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
             f.write(cmd_text + "\n")
         t0 = time.time()
-        with open(os.path.join(cell_dir, "train.log"), "w") as log:
-            rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        rc = 0
+        if not finished(cell_dir, max_update, cmd_text):  # translation: maybe only BLEU left
+            with open(os.path.join(cell_dir, "train.log"), "w") as log:
+                rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        if translation and rc == 0 and finished(cell_dir, max_update, cmd_text):
+            if evaluate_bleu(eval_cmd, cell_dir) is None:
+                rc = -1
+                print(" BLEU evaluation FAILED; see %s" % os.path.join(cell_dir, "eval.log"))
         secs = time.time() - t0
         row = summarize(norm, m, uf, groups, R, cell_dir)
         rows.append(row)
@@ -250,8 +322,10 @@ def main():
                 for line in f.readlines()[-5:]:
                     print("    " + line.rstrip())
         else:
-            print(" %.1fs: valid loss %.4f ppl %.3f, %.0f tok/s" % (
-                secs, row["valid_loss"], row["valid_ppl"], row["tokens_per_s_median"]), flush=True)
+            print(" %.1fs: valid loss %.4f ppl %.3f%s, %.0f tok/s" % (
+                secs, row["valid_loss"], row["valid_ppl"],
+                ", BLEU %.2f" % row["bleu"] if translation else "", row["tokens_per_s_median"]),
+                flush=True)
 
     csv_path = os.path.join(out, "ablation.csv")
     with open(csv_path, "w", newline="") as f:
@@ -262,8 +336,14 @@ def main():
                         for k in CSV_FIELDS})
     print("ablate: %d cells in %.1fs; wrote %s" % (len(cells), time.time() - t_all, csv_path))
     png = os.path.join(out, "ablation.png")
-    title = "valid ppl vs statistics mini-batch (%d-token updates, %d rank(s))" % (U, R)
-    if write_png(rows, png, title):
+    if translation:
+        title = "test BLEU vs encoder statistics mini-batch (%d-token updates, %d rank(s))" % (
+            U, R)
+        drawn = write_png(rows, png, title, "bleu", "BLEU (beam %d)" % a.beam)
+    else:
+        title = "valid ppl vs statistics mini-batch (%d-token updates, %d rank(s))" % (U, R)
+        drawn = write_png(rows, png, title)
+    if drawn:
         print("ablate: wrote %s" % png)
     else:
         print("ablate: matplotlib is missing, so %s was skipped; install it with "

@@ -64,6 +64,33 @@ grep -q -- "--max-tokens 2048 --update-freq 1 --stats-batch-tokens 512" \
   fail "ghost command: $(cat "$tmp/ab/power_m512_ghost/cmd.txt" 2>&1)"
 grep -q "^power,512,1,4,1," "$tmp/ab/ablation.csv" || fail "ghost CSV row: $(cat "$tmp/ab/ablation.csv")"
 
+# --task translation: the encoder's norm varies, BLEU after training (when IWSLT is here).
+iwslt="$here/../../../shared/data/iwslt14-de-en"
+if [ -f "$iwslt/valid.de" ]; then
+  targs=(--pntrain "$pntrain" --task translation --quick --norms power --mini-batches 1024
+         --update-tokens 2048 --gen-sentences 8 --out "$tmp/mt" --
+         --max-update 3 --validate-interval-updates 3 --encoder-layers 1 --decoder-layers 1
+         --threads 1)
+  out=$("$py" "$ablate" "${targs[@]}" 2>&1); rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] || fail "translation run: exit $rc"
+  cmd=$(cat "$tmp/mt/power_m1024/cmd.txt" 2>&1)
+  grep -q -- "--encoder-norm-self power --encoder-norm-ff power --encoder-norm-final power" \
+    <<<"$cmd" || fail "translation command: $cmd"
+  grep -q "BLEU = " "$tmp/mt/power_m1024/eval.log" 2>/dev/null || fail "no BLEU in eval.log"
+  "$py" - "$tmp/mt/ablation.csv" <<'PY' || fail "translation CSV"
+import csv, math, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+ok = len(rows) == 1 and rows[0]["update_freq"] == "2" and 0 <= float(rows[0]["bleu"]) <= 100
+print(rows)
+sys.exit(0 if ok else 1)
+PY
+  out=$("$py" "$ablate" "${targs[@]}" 2>&1)
+  grep -q "done before, skipped" <<<"$out" || fail "translation rerun did not skip: $out"
+else
+  echo "ablate smoke: $iwslt not found; translation part skipped"
+fi
+
 # A mini-batch that does not divide the update is refused before anything runs.
 out=$("$py" "$ablate" --pntrain "$pntrain" --mini-batches 768 --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "does not divide --update-tokens" <<<"$out"; } ||
