@@ -8,6 +8,7 @@
 
 #include "../lm_fixtures.h"
 #include "mpi_env.h"
+#include "three_ways.h"
 #include "trainer/trainer.h"
 
 namespace fs = std::filesystem;
@@ -24,32 +25,13 @@ Options base(const std::string& norm) {
 
 const Corpus& corpus() { return test::builtin(); }
 
-double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
-  return a.size() == b.size() ? m : 1e30;
-}
+using test::max_rel_diff;
+using test::ThreeWays;
 
 // The update of 96 tokens (6 samples) made three ways: one process with one micro-batch, one
 // process with 6 micro-steps of one sample (update_freq 6), and R ranks with 96/R tokens each.
-struct ThreeWays {
-  std::vector<double> one_big, accumulated, ranks;
-};
 ThreeWays three_ways(const std::string& norm, const std::string& single_norm) {
-  Communicator& w = test::world();
-  auto single = make_single_communicator();
-  ThreeWays r;
-  Options a = base(single_norm);
-  a.max_tokens = 96;
-  r.one_big = Trainer(a, *single, corpus()).train().losses;
-  Options b = base(single_norm);
-  b.max_tokens = 16, b.update_freq = 6;
-  r.accumulated = Trainer(b, *single, corpus()).train().losses;
-  Options c = base(norm);
-  c.max_tokens = 96 / w.size();
-  r.ranks = Trainer(c, w, corpus()).train().losses;
-  return r;
+  return test::three_ways(base, corpus(), 96, 6, norm, single_norm);
 }
 
 TEST(UpdateSplits, LayerNormGivesTheSameUpdateAllThreeWays) {

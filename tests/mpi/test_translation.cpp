@@ -8,6 +8,7 @@
 
 #include "../test_translation_fixtures.h"
 #include "mpi_env.h"
+#include "three_ways.h"
 #include "trainer/trainer.h"
 
 namespace pn {
@@ -22,32 +23,13 @@ Options mt(const std::string& enc_norm) {
   return o;
 }
 
-double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::abs(a[i] - b[i]) / std::abs(b[i]));
-  return a.size() == b.size() ? m : 1e30;
-}
+using test::max_rel_diff;
+using test::ThreeWays;
 
 // 384 tokens per update three ways: one process in one micro-batch, one process in 4
 // micro-steps of 96, and R ranks with 384/R each.
-struct ThreeWays {
-  std::vector<double> one_big, accumulated, ranks;
-};
 ThreeWays three_ways(const std::string& norm, const std::string& single_norm) {
-  Communicator& w = test::world();
-  auto single = make_single_communicator();
-  ThreeWays r;
-  Options a = mt(single_norm);
-  a.max_tokens = 384;
-  r.one_big = Trainer(a, *single, toy()).train().losses;
-  Options b = mt(single_norm);
-  b.max_tokens = 96, b.update_freq = 4;
-  r.accumulated = Trainer(b, *single, toy()).train().losses;
-  Options c = mt(norm);
-  c.max_tokens = 384 / w.size();
-  r.ranks = Trainer(c, w, toy()).train().losses;
-  return r;
+  return test::three_ways(mt, toy(), 384, 4, norm, single_norm);
 }
 
 TEST(TranslationSplits, LayerNormEncoderGivesTheSameUpdateAllThreeWays) {
