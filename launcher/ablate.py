@@ -166,7 +166,7 @@ def write_png(rows, path, title, metric="valid_ppl", label="validation perplexit
     ax.set_xticklabels([str(x) for x in xs])
     ax.set_xlabel("statistics mini-batch (tokens)")
     ax.set_ylabel(label)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(title="norm")
     fig.tight_layout()
@@ -337,7 +337,7 @@ def main():
     print("ablate: %d cells in %.1fs; wrote %s" % (len(cells), time.time() - t_all, csv_path))
     png = os.path.join(out, "ablation.png")
     if translation:
-        title = "test BLEU vs encoder statistics mini-batch (%d-token updates, %d rank(s))" % (
+        title = "BLEU vs encoder statistics mini-batch (%d-token updates, %d rank(s))" % (
             U, R)
         drawn = write_png(rows, png, title, "bleu", "BLEU (beam %d)" % a.beam)
     else:
