@@ -8,7 +8,7 @@
 
 #include "../lm_fixtures.h"
 #include "mpi_env.h"
-#include "three_ways.h"
+#include "trainer_checks.h"
 #include "trainer/trainer.h"
 
 namespace fs = std::filesystem;
@@ -76,15 +76,9 @@ TEST(Evaluation, RankLocalPowerStateEvaluatesWithRankZerosOrTheMean) {
   o.pn_warmup = 2;
   Trainer t(o, w, corpus());
   t.train();
-  auto state = [&] {
-    std::vector<double> s;
-    for (Norm<float>* n : t.model().norms())
-      for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
-    return s;
-  };
-  const std::vector<double> before = state();
+  const std::vector<double> before = test::norm_state(t);
   const EvalResult rank0 = t.evaluate(corpus().valid);
-  EXPECT_EQ(state(), before);  // each rank keeps its own state
+  EXPECT_EQ(test::norm_state(t), before);  // each rank keeps its own state
   // The evaluation uses one state on every rank: the loss is rank 0's state's loss.
   double got[2] = {rank0.nll, -rank0.nll};
   w.allreduce_max(got, 2);
@@ -134,14 +128,8 @@ TEST(Resume, PowerNormAtRRanksResumesExactly) {
   EXPECT_EQ(joined, rs.losses);  // same metrics, bit for bit
   EXPECT_EQ(second.model().params.data, straight.model().params.data);
   // Rank-local PN state resumed on every rank, also bit for bit.
-  auto state_of = [](Trainer& t) {
-    std::vector<double> s;
-    for (Norm<float>* n : t.model().norms())
-      for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
-    return s;
-  };
-  const std::vector<double> own = state_of(second);
-  EXPECT_EQ(own, state_of(straight));
+  const std::vector<double> own = test::norm_state(second);
+  EXPECT_EQ(own, test::norm_state(straight));
   // The ranks' PN states differ (rank-local), so a restart at another world size starts from
   // their mean, with a warning.
   std::vector<double> mean = own, mine = own;
@@ -158,7 +146,7 @@ TEST(Resume, PowerNormAtRRanksResumesExactly) {
   one.max_update = 20;
   one.restore_file = (root / "split" / "checkpoint_20").string();
   Trainer resumed_alone(one, *single, corpus());
-  const std::vector<double> got = state_of(resumed_alone);
+  const std::vector<double> got = test::norm_state(resumed_alone);
   ASSERT_EQ(got.size(), mean.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], mean[i], 1e-12 * (1 + std::abs(mean[i])));
   w.barrier();

@@ -9,7 +9,7 @@
 
 #include "../test_translation_fixtures.h"
 #include "mpi_env.h"
-#include "three_ways.h"
+#include "trainer_checks.h"
 #include "trainer/trainer.h"
 
 namespace pn {
@@ -100,15 +100,9 @@ TEST(TranslationResume, PowerEncoderAtRRanksResumesExactly) {
   for (size_t u = 0; u < std::min<size_t>(3, tail.losses.size()); ++u)
     EXPECT_EQ(tail.losses[u], full.losses[u + 3]) << "update " << u + 4;
   EXPECT_EQ(resumed.params().data, straight.params().data);
-  auto state_of = [](Trainer& t) {
-    std::vector<double> s;
-    for (Norm<float>* n : t.norms())
-      for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
-    return s;
-  };
-  const std::vector<double> own = state_of(resumed);
+  const std::vector<double> own = test::norm_state(resumed);
   EXPECT_FALSE(own.empty());
-  EXPECT_EQ(own, state_of(straight));  // this rank's PN state
+  EXPECT_EQ(own, test::norm_state(straight));  // this rank's PN state
   w.barrier();
   if (w.rank() == 0) fs::remove_all(dir);
 }

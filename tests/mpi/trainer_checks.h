@@ -1,6 +1,7 @@
-// SPEC 4's three ways to make one update, shared by the LM and translation tests under mpirun:
-// one process with the whole update in one micro-batch, one process in `micro_steps`
-// accumulated micro-steps, and the world's R ranks with 1/R of the update each.
+// Checks shared by the LM and translation tests under mpirun: loss-curve differences, SPEC 4's
+// three ways to make one update (one process with the whole update in one micro-batch, one
+// process in `micro_steps` accumulated micro-steps, the world's R ranks with 1/R each), and the
+// running state of every norm of a trainer's model (SPEC 6 resume checks).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,14 @@ ThreeWays three_ways(MakeOptions make, const Data& data, int update_tokens, int 
   c.max_tokens = update_tokens / w.size();
   r.ranks = Trainer(c, w, data).train().losses;
   return r;
+}
+
+// Every running statistic of every norm of this rank's model, flattened in model order.
+inline std::vector<double> norm_state(Trainer& t) {
+  std::vector<double> s;
+  for (Norm<float>* n : t.norms())
+    for (const StateTensor& st : n->state()) s.insert(s.end(), st.data, st.data + st.n);
+  return s;
 }
 
 }  // namespace pn::test
