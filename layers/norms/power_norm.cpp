@@ -35,6 +35,14 @@ void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
 }
 
 template <class T>
+void PowerNorm<T>::complete_pending() {
+  if (pending < 0) return;
+  comm->wait(pending);
+  pending = -1;
+  absorb_statistics(fwd_stats.data(), /*warm=*/false);
+}
+
+template <class T>
 void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
   count = 0;
   if (training) {
@@ -61,11 +69,7 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 
 template <class T>
 void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
-  if (pending >= 0) {  // sync_power after warmup: the forward's statistics arrive now
-    comm->wait(pending);
-    pending = -1;
-    absorb_statistics(fwd_stats.data(), /*warm=*/false);
-  }
+  complete_pending();  // sync_power after warmup: the forward's statistics arrive now
   static thread_local std::vector<double> buf;  // sum_S g xh, over all ranks when synchronized
   psi_backward_sums<T>(x, dy, mask, rows, d, inv_s, count > 0, *store, gamma, beta, comm, &buf);
   const T* gm = store->p(gamma);
@@ -95,12 +99,7 @@ std::vector<StateTensor> PowerNorm<T>::state() {
 
 template <class T>
 void PowerNorm<T>::save_forward(std::vector<double>* saved) {
-  // The next group's forward needs this group's psi^2: a pending all-reduce completes now.
-  if (pending >= 0) {
-    comm->wait(pending);
-    pending = -1;
-    absorb_statistics(fwd_stats.data(), /*warm=*/false);
-  }
+  complete_pending();  // the next group's forward needs this group's psi^2
   pack_forward(saved, count, {&inv_s, &sum_x2});
 }
 

@@ -54,6 +54,8 @@ struct PowerNorm : Norm<T> {
  protected:
   // Takes this iteration's (reduced) [count | sum x^2]: t, psi^2 and the probe.
   void absorb_statistics(const double* buf, bool warm);
+  // Waits for a non-blocking forward all-reduce, if one is in flight, and absorbs it.
+  void complete_pending();
   void reduce(double* buf, size_t n) {
     if (comm) comm->allreduce_sum(buf, n);
   }
