@@ -4,15 +4,187 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+#include <stdexcept>
 #include <thread>
 
+#include "kernels/sim_device.h"
+
 #ifdef PN_HAVE_CUDA
-namespace pn::cuda {
-int device_count();
-}
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace pn {
+
+Context& current_context() {
+  thread_local Context ctx;
+  return ctx;
+}
+
+#ifdef PN_HAVE_CUDA
+namespace {
+cudaStream_t stream_of(const Context& c) { return static_cast<cudaStream_t>(c.stream); }
+}  // namespace
+#endif
+
+DeviceScope::DeviceScope(Device device, int cuda_index, bool tf32) : previous_(current_context()) {
+  ctx_.device = device;
+  if (device == Device::CUDA) {
+#ifdef PN_HAVE_CUDA
+    const int n = cuda::device_count();
+    if (n <= 0)
+      throw std::runtime_error("--device cuda: no GPU is visible (" + cuda_unavailable_reason() +
+                               ")");
+    ctx_.cuda_device = cuda_index % n;
+    ctx_.tf32 = tf32;
+    CUDA_CHECK(cudaSetDevice(ctx_.cuda_device));
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ctx_.stream = s;
+    ctx_.blas = new cuda::Blas(s, tf32);
+#else
+    throw std::runtime_error("--device cuda: this build has no CUDA path (rebuild with PN_CUDA=ON "
+                             "on a machine with the CUDA toolkit)");
+#endif
+  }
+  current_context() = ctx_;
+}
+
+DeviceScope::~DeviceScope() {
+#ifdef PN_HAVE_CUDA
+  if (ctx_.device == Device::CUDA) {
+    cudaStreamSynchronize(stream_of(ctx_));  // no check: may run during unwinding
+    delete static_cast<cuda::Blas*>(ctx_.blas);
+    cudaStreamDestroy(stream_of(ctx_));
+  }
+#endif
+  if (ctx_.device == Device::Sim) sim::synchronize();
+  current_context() = previous_;
+}
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw std::logic_error("a CUDA context is current in a build without CUDA");
+}
+}  // namespace
+
+void* device_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const Context& c = current_context();
+  switch (c.device) {
+    case Device::CPU: {
+      void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+      if (!p) throw std::bad_alloc();
+      return p;
+    }
+    case Device::Sim:
+      return sim::alloc(bytes);
+    case Device::CUDA: {
+#ifdef PN_HAVE_CUDA
+      void* p = nullptr;
+      const cudaError_t e = cudaMallocAsync(&p, bytes, stream_of(c));
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw std::runtime_error(
+            "out of GPU memory: asked for " + std::to_string(bytes >> 20) + " MiB with " +
+            std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) +
+            " MiB; lower --max-tokens (or --tokens-per-sample, the model size)");
+      }
+      CUDA_CHECK(e);
+      return p;
+#else
+      no_cuda();
+#endif
+    }
+  }
+  return nullptr;
+}
+
+void device_free(Device device, void* p) {
+  if (!p) return;
+  switch (device) {
+    case Device::CPU:
+      std::free(p);
+      return;
+    case Device::Sim:
+      sim::free(p);
+      return;
+    case Device::CUDA:
+#ifdef PN_HAVE_CUDA
+      cudaFreeAsync(p, stream_of(current_context()));  // no check: may run during unwinding
+#endif
+      return;
+  }
+}
+
+void device_memset_zero(void* p, size_t bytes) {
+  if (!p || bytes == 0) return;
+  const Context& c = current_context();
+  switch (c.device) {
+    case Device::CPU:
+      std::memset(p, 0, bytes);
+      return;
+    case Device::Sim:
+      sim::enqueue([p, bytes] { std::memset(sim::real(p), 0, bytes); });
+      return;
+    case Device::CUDA:
+#ifdef PN_HAVE_CUDA
+      CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_of(c)));
+      return;
+#else
+      no_cuda();
+#endif
+  }
+}
+
+namespace {
+// dir: cudaMemcpyKind as an int (1 H2D, 2 D2H, 3 D2D) so that this file's CPU build needs no
+// CUDA header.
+void copy_async(void* dst, const void* src, size_t bytes, int dir) {
+  if (bytes == 0) return;
+  const Context& c = current_context();
+  switch (c.device) {
+    case Device::CPU:
+      std::memmove(dst, src, bytes);
+      return;
+    case Device::Sim:
+      if (dir == 1) {  // from pageable memory, which CUDA stages before the call returns
+        auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                          static_cast<const char*>(src) + bytes);
+        sim::enqueue([dst, staged] { std::memcpy(sim::real(dst), staged->data(), staged->size()); });
+        return;
+      }
+      if (dir == 2) std::memset(dst, 0xFF, bytes);  // poison until synchronize()
+      sim::enqueue([dst, src, bytes] { std::memmove(sim::real(dst), sim::real(src), bytes); });
+      return;
+    case Device::CUDA:
+#ifdef PN_HAVE_CUDA
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, static_cast<cudaMemcpyKind>(dir), stream_of(c)));
+      return;
+#else
+      no_cuda();
+#endif
+  }
+}
+}  // namespace
+
+void copy_to_device(void* dst, const void* src, size_t bytes) { copy_async(dst, src, bytes, 1); }
+void copy_to_host(void* dst, const void* src, size_t bytes) { copy_async(dst, src, bytes, 2); }
+void copy_on_device(void* dst, const void* src, size_t bytes) { copy_async(dst, src, bytes, 3); }
+
+void synchronize() {
+  const Context& c = current_context();
+  if (c.device == Device::Sim) sim::synchronize();
+#ifdef PN_HAVE_CUDA
+  if (c.device == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(stream_of(c)));
+#endif
+}
 
 bool cuda_built() {
 #ifdef PN_HAVE_CUDA
@@ -30,7 +202,59 @@ int cuda_device_count() {
 #endif
 }
 
-std::string device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+std::string cuda_unavailable_reason() {
+#ifdef PN_HAVE_CUDA
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  }
+  return n > 0 ? "" : "the CUDA runtime reports 0 devices";
+#else
+  return "this build has no CUDA path";
+#endif
+}
+
+std::string device_summary() {
+  const Context& c = current_context();
+  if (c.device == Device::CPU)
+    return "cpu (" + std::to_string(num_threads()) + " threads of " +
+           std::to_string(hardware_cores()) + " cores)";
+  if (c.device == Device::Sim) return "sim (the CPU stand-in for a GPU)";
+#ifdef PN_HAVE_CUDA
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, c.cuda_device));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  return "cuda:" + std::to_string(c.cuda_device) + " " + p.name + " (sm_" +
+         std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.totalGlobalMem >> 30) + " GiB), driver " + ver(driver) + ", runtime " +
+         ver(runtime) + (c.tf32 ? ", TF32 on" : ", TF32 off");
+#else
+  return "cuda";
+#endif
+}
+
+std::string device_name(Device d) {
+  switch (d) {
+    case Device::CPU: return "cpu";
+    case Device::CUDA: return "cuda";
+    case Device::Sim: return "sim";
+  }
+  return "?";
+}
+
+bool parse_device(const std::string& name, Device* out) {
+  for (Device d : {Device::CPU, Device::CUDA, Device::Sim})
+    if (name == device_name(d)) {
+      *out = d;
+      return true;
+    }
+  return false;
+}
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;

@@ -1,15 +1,72 @@
-// Devices a rank can compute on. CPU is always present; CUDA when built with it and a GPU is
-// visible. The kernels of kernels.h pick their implementation from the device of the buffers.
+// Devices a rank can compute on, and the context the kernels dispatch on.
+//
+// CPU is always present; CUDA when built with it and a GPU is visible. Sim is the CPU stand-in
+// for a GPU (kernels/sim_device.h): its memory is not addressable by the host and its kernels run
+// in stream order only when the host synchronises, so the wiring mistakes of a device path (a
+// host read of device memory, a read before the stream is done, a missing copy) fail on any
+// machine, with the CPU kernels doing the math.
+//
+// Each thread has a current Context (CPU by default); kernels.h's operations run on its device,
+// on its stream. Buffers (kernels/buffer.h) allocate on the device that is current when they
+// grow. Memory of a device is touched by the host only through the copies below.
 #pragma once
+#include <cstddef>
 #include <string>
 
 namespace pn {
 
-enum class Device { CPU, CUDA };
+enum class Device { CPU, CUDA, Sim };
+
+struct Context {
+  Device device = Device::CPU;
+  int cuda_device = -1;    // CUDA: the GPU's index
+  void* stream = nullptr;  // CUDA: cudaStream_t the kernels are queued on
+  void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
+  bool tf32 = false;       // CUDA: float GEMMs may use TF32 tensor cores
+};
+
+// This thread's current context.
+Context& current_context();
+inline Device current_device() { return current_context().device; }
+
+// Makes a context of `device` current for its lifetime (and owns its CUDA stream and cuBLAS
+// handle); the previous context is current again afterwards. cuda_index: the GPU (a rank takes
+// its node-local rank modulo the GPUs visible).
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device, int cuda_index = 0, bool tf32 = false);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  const Context& context() const { return ctx_; }
+
+ private:
+  Context ctx_, previous_;
+};
+
+// ---- memory of the current device ---------------------------------------------------------
+// Allocation and release are ordered on the current stream (no device-wide synchronisation).
+void* device_alloc(size_t bytes);
+void device_free(Device device, void* p);
+void device_memset_zero(void* p, size_t bytes);
+// Host -> device, in stream order, from pageable memory: src is staged before the call returns
+// (as CUDA does), so the host may reuse it at once.
+void copy_to_device(void* dst, const void* src, size_t bytes);
+// Device -> host, in stream order: dst holds the data only after synchronize().
+void copy_to_host(void* dst, const void* src, size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes);
+// The host waits until everything queued on the current stream has run.
+void synchronize();
 
 bool cuda_built();          // compiled with the CUDA path
 int cuda_device_count();    // GPUs visible to this process (0 when not built)
+// Why no GPU is usable, in the runtime's words ("" when one is).
+std::string cuda_unavailable_reason();
+// One line naming the current context's device: for CUDA the GPU model, its memory, the driver
+// and runtime versions.
+std::string device_summary();
 std::string device_name(Device d);
+bool parse_device(const std::string& name, Device* out);  // "cpu", "cuda", "sim"
 // Threads for this rank's OpenMP loops and GEMMs.
 void set_num_threads(int n);
 int num_threads();

@@ -113,7 +113,7 @@ void MultiheadAttention<T>::backward(const T* x, const T* mem, const T* dy, T* d
                        dkv.data(), dkv.data() + dim, scratch.data());
     q_proj.backward(x, dq.data(), int(rows_q), dx);
     // dmem += dkv Wkv: Linear::backward overwrites its dx, so go through scratch.
-    std::vector<T>& dm = dctx;  // dctx is no longer needed
+    Buf<T>& dm = dctx;  // dctx is no longer needed
     dm.resize(rows_k * dim);
     kv_proj.backward(mem, dkv.data(), int(rows_k), dm.data());
     k::add_inplace<T>(dmem, dm.data(), rows_k * dim);

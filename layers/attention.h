@@ -13,7 +13,7 @@ template <class T>
 struct CausalSelfAttention {
   int dim = 0, heads = 0;
   Linear<T> qkv_proj, out_proj;
-  std::vector<T> qkv, probs, ctx, dqkv, dctx, scratch;  // activations, reused across steps
+  Buf<T> qkv, probs, ctx, dqkv, dctx, scratch;  // activations, reused across steps
   int nseq = 0, seq_len = 0;
 
   CausalSelfAttention() = default;
@@ -35,8 +35,8 @@ struct MultiheadAttention {
   Linear<T> qkv_proj;         // self: d -> 3d
   Linear<T> q_proj, kv_proj;  // cross: d -> d, d -> 2d
   Linear<T> out_proj;
-  std::vector<T> qkv, q, kv, probs, probs_drop, ctx, dqkv, dq, dkv, dctx, scratch;
-  std::vector<uint8_t> keep;
+  Buf<T> qkv, q, kv, probs, probs_drop, ctx, dqkv, dq, dkv, dctx, scratch;
+  Buf<uint8_t> keep;
   const uint8_t* key_mask = nullptr;  // of the last forward (owned by the caller's batch)
   int nseq = 0, tq = 0, tk = 0;
   float dropout_p = 0;

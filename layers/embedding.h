@@ -14,7 +14,7 @@ template <class T>
 struct Embedding {
   ParamStore<T>* store = nullptr;
   int vocab = 0, dim = 0, max_len = 0, table = -1;
-  std::vector<T> positions;  // [max_len, dim], not a parameter
+  Buf<T> positions;  // [max_len, dim], not a parameter
 
   Embedding() = default;
   Embedding(ParamStore<T>& s, const std::string& name, int vocab_size, int d, int max_positions,

@@ -10,7 +10,7 @@ namespace pn {
 template <class T>
 struct FeedForward {
   Linear<T> fc1, fc2;
-  std::vector<T> hidden, dhidden;  // relu output and its gradient
+  Buf<T> hidden, dhidden;  // relu output and its gradient
   int rows = 0;
 
   FeedForward() = default;

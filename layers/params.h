@@ -1,11 +1,14 @@
 // All parameters of a model live in one contiguous buffer, and all gradients in another of the
 // same layout, so that one all-reduce moves every gradient and one Adam call updates everything.
+// Both are on the device that is current when allocate() runs.
 #pragma once
 #include <cstddef>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "kernels/buffer.h"
 
 namespace pn {
 
@@ -22,7 +25,7 @@ struct ParamSpec {
 template <class T>
 struct ParamStore {
   std::vector<ParamSpec> specs;
-  std::vector<T> data, grad;
+  Buf<T> data, grad;
   bool allocated = false;
 
   // Declares a tensor; returns its index. All declarations come before allocate().
@@ -37,13 +40,14 @@ struct ParamStore {
   size_t size() const { return specs.empty() ? 0 : specs.back().offset + specs.back().numel; }
 
   // Allocates both buffers and initialises parameters from seed (identical on every rank).
+  // The values are drawn on the host (the same on every device) and copied over.
   void allocate(uint64_t seed) {
-    data.assign(size(), T(0));
+    std::vector<T> host(size(), T(0));
     grad.assign(size(), T(0));
     allocated = true;
     std::mt19937_64 rng(seed);
     for (const ParamSpec& s : specs) {
-      T* p = data.data() + s.offset;
+      T* p = host.data() + s.offset;
       switch (s.init) {
         case Init::Zeros: break;
         case Init::Ones: std::fill(p, p + s.numel, T(1)); break;
@@ -60,6 +64,8 @@ struct ParamStore {
         }
       }
     }
+    data.from_host(host);
+    synchronize();  // host goes out of scope
   }
   T* p(int idx) { return data.data() + specs[idx].offset; }
   T* g(int idx) { return grad.data() + specs[idx].offset; }

@@ -42,15 +42,18 @@ template <class T>
 void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropout_seed) {
   const int rows = batch.rows(), d = config.dim;
   const size_t n = size_t(rows) * d;
-  const uint8_t* mask = batch.mask.data();
+  tokens.from_host(batch.tokens);
+  targets.from_host(batch.targets);
+  mask.from_host(batch.mask);
+  const uint8_t* mask = this->mask.data();
   const bool drop = training && config.dropout > 0;
   const float p = float(config.dropout);
-  std::vector<T>* h = blocks.empty() ? &h_last : &blocks[0].x;
+  Buf<T>* h = blocks.empty() ? &h_last : &blocks[0].x;
   h->resize(n);
-  embed.forward(batch.tokens.data(), rows, batch.seq_len, h->data());
+  embed.forward(tokens.data(), rows, batch.seq_len, h->data());
   for (size_t l = 0; l < blocks.size(); ++l) {
     Block& b = blocks[l];
-    std::vector<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
+    Buf<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
     b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
     next.resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
@@ -77,20 +80,19 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
 }
 
 template <class T>
-k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
-                                               uint64_t dropout_seed,
-                                               const GradsReady& grads_ready) {
+void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
+                                        double* loss_sums, const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   forward(batch, true, dropout_seed);
   const auto t1 = clock::now();
   const int rows = batch.rows(), d = config.dim;
   const size_t n = size_t(rows) * d;
-  const uint8_t* mask = batch.mask.data();
+  const uint8_t* mask = this->mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  k::LossSums sums = k::softmax_xent<T>(logits.data(), batch.targets.data(), mask, rows,
-                                        config.vocab, T(config.label_smoothing), grad_scale);
+  k::softmax_xent_acc<T>(logits.data(), targets.data(), mask, rows, config.vocab,
+                         T(config.label_smoothing), grad_scale, loss_sums);
   // logits now hold dloss/dlogits. grad_a carries the residual-stream gradient.
   grad_a.resize(n);
   grad_b.resize(n);
@@ -113,19 +115,41 @@ k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
     if (grads_ready) grads_ready(b.param_begin);
   }
-  embed.backward(batch.tokens.data(), grad_a.data(), rows);
+  embed.backward(tokens.data(), grad_a.data(), rows);
   if (grads_ready) grads_ready(0);
   const auto t2 = clock::now();
   forward_s = std::chrono::duration<double>(t1 - t0).count();
   backward_s = std::chrono::duration<double>(t2 - t1).count();
-  return sums;
+}
+
+template <class T>
+void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
+  forward(batch, false, 0);
+  k::softmax_xent_eval_acc<T>(logits.data(), targets.data(), mask.data(), batch.rows(),
+                              config.vocab, T(config.label_smoothing), loss_sums);
+}
+
+namespace {
+k::LossSums fetch(const Buf<double>& sums) {
+  const std::vector<double> h = sums.to_host();
+  return {h[0], h[1], h[2]};
+}
+}  // namespace
+
+template <class T>
+k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
+                                               uint64_t dropout_seed,
+                                               const GradsReady& grads_ready) {
+  sums.assign(3, 0.0);
+  forward_backward(batch, grad_scale, dropout_seed, sums.data(), grads_ready);
+  return fetch(sums);
 }
 
 template <class T>
 k::LossSums LanguageModel<T>::evaluate(const Batch& batch) {
-  forward(batch, false, 0);
-  return k::softmax_xent_eval<T>(logits.data(), batch.targets.data(), batch.mask.data(),
-                                 batch.rows(), config.vocab, T(config.label_smoothing));
+  sums.assign(3, 0.0);
+  evaluate(batch, sums.data());
+  return fetch(sums);
 }
 
 template struct LanguageModel<float>;

@@ -42,8 +42,8 @@ struct LanguageModel {
     CausalSelfAttention<T> attn;
     FeedForward<T> ff;
     // activations of the last training forward: block input, norm outputs, branch outputs, mid
-    std::vector<T> x, a, attn_out, mid, b, ff_out;
-    std::vector<uint8_t> keep_attn, keep_ff;
+    Buf<T> x, a, attn_out, mid, b, ff_out;
+    Buf<uint8_t> keep_attn, keep_ff;
     size_t param_begin = 0;  // offset of the block's first parameter in the flat buffer
   };
 
@@ -52,7 +52,12 @@ struct LanguageModel {
   Embedding<T> embed;
   std::vector<Block> blocks;
   std::unique_ptr<Norm<T>> norm_final;
-  std::vector<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch
+  Buf<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch
+  // The current batch on the device (uploaded once per forward), and the loss sums of the
+  // convenience forms below.
+  Buf<int32_t> tokens, targets;
+  Buf<uint8_t> mask;
+  Buf<double> sums;
   size_t final_norm_begin = 0;             // offset of the final norm's parameters
   double forward_s = 0, backward_s = 0;    // wall time of the last forward_backward's halves
 
@@ -64,9 +69,15 @@ struct LanguageModel {
   // every gradient at offset >= begin of the flat buffer is final for this micro-step (the
   // hook of the overlapped gradient all-reduce).
   using GradsReady = std::function<void(size_t begin)>;
+  // The loss sums {loss, nll, ntokens} are added to loss_sums[0..2], memory of the model's
+  // device, so that a whole update runs without the host reading anything.
+  void forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
+                        double* loss_sums, const GradsReady& grads_ready = nullptr);
+  // Loss of a batch in inference mode (running statistics, no dropout), added to loss_sums.
+  void evaluate(const Batch& batch, double* loss_sums);
+  // The same, returning the sums to the host (one synchronisation each: tests and tools).
   k::LossSums forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
                                const GradsReady& grads_ready = nullptr);
-  // Loss of a batch in inference mode (running statistics, no dropout).
   k::LossSums evaluate(const Batch& batch);
   // Every norm layer, in model order (for state, probes and checkpoints).
   std::vector<Norm<T>*> norms();

@@ -89,13 +89,15 @@ template <class T>
 void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint64_t seed) {
   const int rows = batch.nseq * batch.src_len, d = config.dim;
   const size_t n = size_t(rows) * d;
-  const uint8_t* mask = batch.src_mask.data();
+  src_tok.from_host(batch.src);
+  src_mask.from_host(batch.src_mask);
+  const uint8_t* mask = src_mask.data();
   const bool drop = training && config.dropout > 0;
   const float p = float(config.dropout);
   const float pa = training ? float(config.attention_dropout) : 0.0f;
-  std::vector<T>* h = encoder.empty() ? &enc_h : &encoder[0].x;
+  Buf<T>* h = encoder.empty() ? &enc_h : &encoder[0].x;
   h->resize(n);
-  embed_src.forward(batch.src.data(), rows, batch.src_len, h->data());
+  embed_src.forward(src_tok.data(), rows, batch.src_len, h->data());
   if (drop) {
     keep_src_embed.resize(n);
     k::dropout_mask(seed + kSrcEmbed, n, p, keep_src_embed.data());
@@ -104,7 +106,7 @@ void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint
   for (size_t l = 0; l < encoder.size(); ++l) {
     EncoderBlock& b = encoder[l];
     const uint64_t site = seed + kFirstBlock + kEncSites * l;
-    std::vector<T>& next = l + 1 < encoder.size() ? encoder[l + 1].x : enc_h;
+    Buf<T>& next = l + 1 < encoder.size() ? encoder[l + 1].x : enc_h;
     b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
     next.resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
@@ -134,20 +136,23 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
   encode(batch, training, seed);
   const int rows = batch.nseq * batch.tgt_len, d = config.dim;
   const size_t n = size_t(rows) * d;
-  const uint8_t* mask = batch.tgt_mask.data();
+  prev_tok.from_host(batch.prev);
+  tgt_tok.from_host(batch.tgt);
+  tgt_mask.from_host(batch.tgt_mask);
+  const uint8_t* mask = tgt_mask.data();
   const bool drop = training && config.dropout > 0;
   const float p = float(config.dropout);
   const float pa = training ? float(config.attention_dropout) : 0.0f;
-  std::vector<T>* h = decoder.empty() ? &dec_h : &decoder[0].x;
+  Buf<T>* h = decoder.empty() ? &dec_h : &decoder[0].x;
   h->resize(n);
-  target_embedding().forward(batch.prev.data(), rows, batch.tgt_len, h->data());
+  target_embedding().forward(prev_tok.data(), rows, batch.tgt_len, h->data());
   if (drop) {
     keep_tgt_embed.resize(n);
     k::dropout_mask(seed + kTgtEmbed, n, p, keep_tgt_embed.data());
     k::dropout_apply<T>(h->data(), keep_tgt_embed.data(), n, p);
   }
   const uint64_t dec_base = seed + kFirstBlock + kEncSites * encoder.size();
-  auto dropout = [&](std::vector<T>& y, std::vector<uint8_t>& keep, uint64_t s) {
+  auto dropout = [&](Buf<T>& y, Buf<uint8_t>& keep, uint64_t s) {
     if (!drop) return;
     keep.resize(n);
     k::dropout_mask(s, n, p, keep.data());
@@ -156,8 +161,8 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
   for (size_t l = 0; l < decoder.size(); ++l) {
     DecoderBlock& b = decoder[l];
     const uint64_t site = dec_base + kDecSites * l;
-    std::vector<T>& next = l + 1 < decoder.size() ? decoder[l + 1].x : dec_h;
-    for (auto* v : {&b.a, &b.self_out, &b.m1, &b.c, &b.cross_out, &b.m2, &b.b, &b.ff_out, &next})
+    Buf<T>& next = l + 1 < decoder.size() ? decoder[l + 1].x : dec_h;
+    for (Buf<T>* v : {&b.a, &b.self_out, &b.m1, &b.c, &b.cross_out, &b.m2, &b.b, &b.ff_out, &next})
       v->resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
     b.self_attn.forward(b.a.data(), nullptr, batch.nseq, batch.tgt_len, batch.tgt_len, nullptr,
@@ -166,7 +171,7 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
     k::add<T>(b.x.data(), b.self_out.data(), n, b.m1.data());
     b.norm_cross->forward(b.m1.data(), mask, rows, b.c.data(), training);
     b.cross_attn.forward(b.c.data(), enc_out.data(), batch.nseq, batch.tgt_len, batch.src_len,
-                         batch.src_mask.data(), b.cross_out.data(), pa, site + 2);
+                         src_mask.data(), b.cross_out.data(), pa, site + 2);
     dropout(b.cross_out, b.keep_cross, site + 3);
     k::add<T>(b.m1.data(), b.cross_out.data(), n, b.m2.data());
     b.norm_ff->forward(b.m2.data(), mask, rows, b.b.data(), training);
@@ -181,9 +186,9 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
 }
 
 template <class T>
-k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_scale,
-                                                  uint64_t dropout_seed,
-                                                  const GradsReady& grads_ready) {
+void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_scale,
+                                           uint64_t dropout_seed, double* loss_sums,
+                                           const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   forward(batch, true, dropout_seed);
@@ -191,12 +196,12 @@ k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T 
   const int rows_t = batch.nseq * batch.tgt_len, rows_s = batch.nseq * batch.src_len;
   const int d = config.dim;
   const size_t nt = size_t(rows_t) * d, ns = size_t(rows_s) * d;
-  const uint8_t* tmask = batch.tgt_mask.data();
-  const uint8_t* smask = batch.src_mask.data();
+  const uint8_t* tmask = tgt_mask.data();
+  const uint8_t* smask = src_mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  k::LossSums sums = k::softmax_xent<T>(logits.data(), batch.tgt.data(), tmask, rows_t,
-                                        config.tgt_vocab, T(config.label_smoothing), grad_scale);
+  k::softmax_xent_acc<T>(logits.data(), tgt_tok.data(), tmask, rows_t, config.tgt_vocab,
+                         T(config.label_smoothing), grad_scale, loss_sums);
   const size_t nmax = std::max(nt, ns);
   grad_a.resize(nmax), grad_b.resize(nmax), grad_c.resize(nmax);
   T *ga = grad_a.data(), *gb = grad_b.data(), *df = grad_c.data();
@@ -204,7 +209,7 @@ k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T 
     if (grads_ready) grads_ready(begin);
   };
   // branch: y = x + dropout(branch(x)); ga holds dL/dy and becomes dL/dx.
-  auto branch_grad = [&](size_t n, const std::vector<uint8_t>& keep) {
+  auto branch_grad = [&](size_t n, const Buf<uint8_t>& keep) {
     k::copy<T>(ga, n, df);
     if (drop) k::dropout_apply<T>(df, keep.data(), n, p);
   };
@@ -229,7 +234,7 @@ k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T 
     ready(b.param_begin);
   }
   if (drop) k::dropout_apply<T>(ga, keep_tgt_embed.data(), nt, p);
-  target_embedding().backward(batch.prev.data(), ga, rows_t);
+  target_embedding().backward(prev_tok.data(), ga, rows_t);
   if (!config.share_all_embeddings) ready(tgt_embed_begin);
   enc_norm_final->backward(enc_h.data(), grad_enc.data(), smask, rows_s, ga);
   ready(enc_final_begin);
@@ -246,22 +251,39 @@ k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T 
     ready(b.param_begin);
   }
   if (drop) k::dropout_apply<T>(ga, keep_src_embed.data(), ns, p);
-  embed_src.backward(batch.src.data(), ga, rows_s);
+  embed_src.backward(src_tok.data(), ga, rows_s);
   ready(0);
   const auto t2 = clock::now();
   forward_s = std::chrono::duration<double>(t1 - t0).count();
   backward_s = std::chrono::duration<double>(t2 - t1).count();
-  return sums;
+}
+
+template <class T>
+void TranslationModel<T>::evaluate(const ParallelBatch& batch, double* loss_sums, bool training) {
+  if (training && config.dropout > 0)
+    throw std::logic_error("evaluate(training) is for dropout-free checks");
+  forward(batch, training, 0);
+  k::softmax_xent_eval_acc<T>(logits.data(), tgt_tok.data(), tgt_mask.data(),
+                              batch.nseq * batch.tgt_len, config.tgt_vocab,
+                              T(config.label_smoothing), loss_sums);
+}
+
+template <class T>
+k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_scale,
+                                                  uint64_t dropout_seed,
+                                                  const GradsReady& grads_ready) {
+  sums.assign(3, 0.0);
+  forward_backward(batch, grad_scale, dropout_seed, sums.data(), grads_ready);
+  const std::vector<double> h = sums.to_host();
+  return {h[0], h[1], h[2]};
 }
 
 template <class T>
 k::LossSums TranslationModel<T>::evaluate(const ParallelBatch& batch, bool training) {
-  if (training && config.dropout > 0)
-    throw std::logic_error("evaluate(training) is for dropout-free checks");
-  forward(batch, training, 0);
-  return k::softmax_xent_eval<T>(logits.data(), batch.tgt.data(), batch.tgt_mask.data(),
-                                 batch.nseq * batch.tgt_len, config.tgt_vocab,
-                                 T(config.label_smoothing));
+  sums.assign(3, 0.0);
+  evaluate(batch, sums.data(), training);
+  const std::vector<double> h = sums.to_host();
+  return {h[0], h[1], h[2]};
 }
 
 template <class T>

@@ -57,16 +57,16 @@ struct TranslationModel {
     std::unique_ptr<Norm<T>> norm_self, norm_ff;
     MultiheadAttention<T> attn;
     FeedForward<T> ff;
-    std::vector<T> x, a, attn_out, mid, b, ff_out;  // activations of the last forward
-    std::vector<uint8_t> keep_attn, keep_ff;
+    Buf<T> x, a, attn_out, mid, b, ff_out;  // activations of the last forward
+    Buf<uint8_t> keep_attn, keep_ff;
     size_t param_begin = 0;
   };
   struct DecoderBlock {
     std::unique_ptr<Norm<T>> norm_self, norm_cross, norm_ff;
     MultiheadAttention<T> self_attn, cross_attn;
     FeedForward<T> ff;
-    std::vector<T> x, a, self_out, m1, c, cross_out, m2, b, ff_out;
-    std::vector<uint8_t> keep_self, keep_cross, keep_ff;
+    Buf<T> x, a, self_out, m1, c, cross_out, m2, b, ff_out;
+    Buf<uint8_t> keep_self, keep_cross, keep_ff;
     size_t param_begin = 0;
   };
 
@@ -77,8 +77,12 @@ struct TranslationModel {
   std::vector<DecoderBlock> decoder;
   std::unique_ptr<Norm<T>> enc_norm_final, dec_norm_final;
   size_t enc_final_begin = 0, tgt_embed_begin = 0, dec_final_begin = 0;
-  std::vector<T> enc_h, enc_out, dec_h, f, logits, grad_a, grad_b, grad_c, grad_enc;
-  std::vector<uint8_t> keep_src_embed, keep_tgt_embed;
+  Buf<T> enc_h, enc_out, dec_h, f, logits, grad_a, grad_b, grad_c, grad_enc;
+  Buf<uint8_t> keep_src_embed, keep_tgt_embed;
+  // The current batch on the device (uploaded by encode and forward) and the convenience sums.
+  Buf<int32_t> src_tok, prev_tok, tgt_tok;
+  Buf<uint8_t> src_mask, tgt_mask;
+  Buf<double> sums;
   double forward_s = 0, backward_s = 0;
 
   TranslationModel(const TranslationConfig& c, uint64_t seed, Communicator* comm);
@@ -87,10 +91,15 @@ struct TranslationModel {
   using GradsReady = std::function<void(size_t begin)>;
   // Training micro-step (forward + backward); gradients accumulate into params.grad, scaled by
   // grad_scale; grads_ready as in LanguageModel (offsets only ever decrease).
-  k::LossSums forward_backward(const ParallelBatch& batch, T grad_scale, uint64_t dropout_seed,
-                               const GradsReady& grads_ready = nullptr);
+  // The loss sums {loss, nll, ntokens} are added to loss_sums[0..2] (memory of the device).
+  void forward_backward(const ParallelBatch& batch, T grad_scale, uint64_t dropout_seed,
+                        double* loss_sums, const GradsReady& grads_ready = nullptr);
   // Loss of a batch: inference mode (running statistics, no dropout) unless `training`, which
   // runs the training forward (batch statistics, running state updated) without a backward.
+  void evaluate(const ParallelBatch& batch, double* loss_sums, bool training = false);
+  // The same, returning the sums to the host (one synchronisation each: tests and tools).
+  k::LossSums forward_backward(const ParallelBatch& batch, T grad_scale, uint64_t dropout_seed,
+                               const GradsReady& grads_ready = nullptr);
   k::LossSums evaluate(const ParallelBatch& batch, bool training = false);
   std::vector<Norm<T>*> norms();
 

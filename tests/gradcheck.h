@@ -35,10 +35,11 @@ inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 // Compares analytic[i] with the central difference of loss() in x[i], for every i (or a
 // strided subset of at most max_checks entries). Relative-or-absolute tolerance.
-inline void expect_gradient(const char* what, std::vector<double>& x,
-                            const std::vector<double>& analytic,
-                            const std::function<double()>& loss, double tol = 1e-6,
-                            size_t max_checks = 200, double h = 1e-5) {
+// X: a std::vector<double> or a CPU Buf<double> (a ParamStore's parameters).
+template <class X>
+void expect_gradient(const char* what, X& x, const std::vector<double>& analytic,
+                     const std::function<double()>& loss, double tol = 1e-6,
+                     size_t max_checks = 200, double h = 1e-5) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   const size_t stride = std::max<size_t>(1, x.size() / max_checks);
   size_t checked = 0;

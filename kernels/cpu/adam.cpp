@@ -3,9 +3,9 @@
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p
 #include <cmath>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
                  float beta2, float eps, float weight_decay, int64_t t) {
@@ -21,4 +21,4 @@ void adam_update(float* p, const float* g, float* m, float* v, size_t n, float l
   }
 }
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

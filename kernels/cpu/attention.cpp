@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "kernels/cpu/fast_exp.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* probs, T* ctx) {
@@ -83,13 +83,13 @@ template void attention_backward<float>(const float*, const float*, const float*
 template void attention_backward<double>(const double*, const double*, const double*, int, int,
                                          int, int, double*, double*);
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu
 
 // ---- general multi-head attention: causal and/or key-padding masks, attention dropout,
 // separate query and key/value sources (cross-attention). The math is above mha_forward in
 // kernels.h. Key padding: a padded key never receives probability, so a real query's output
 // and every gradient reaching a real token are independent of how much padding follows.
-namespace pn::k {
+namespace pn::k::cpu {
 
 namespace {
 inline bool key_allowed(bool causal, const uint8_t* key_mask, int i, int j) {
@@ -249,4 +249,4 @@ PN_MHA_INSTANTIATE(float)
 PN_MHA_INSTANTIATE(double)
 #undef PN_MHA_INSTANTIATE
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

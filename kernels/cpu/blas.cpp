@@ -1,9 +1,9 @@
 // GEMM through OpenBLAS (cblas, row-major).
 #include <cblas.h>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 template <>
 void gemm<float>(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
@@ -21,4 +21,4 @@ void gemm<double>(bool ta, bool tb, int M, int N, int K, double alpha, const dou
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

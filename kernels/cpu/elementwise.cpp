@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 template <class T> void fill(T* x, size_t n, T value) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
@@ -188,4 +188,4 @@ template <class T> bool all_finite(const T* x, size_t n) {
 PN_INSTANTIATE(float)
 PN_INSTANTIATE(double)
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

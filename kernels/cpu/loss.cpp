@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "kernels/cpu/fast_exp.h"
-#include "kernels/kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 namespace {
 // Sums in T over blocks of 256 vectorise (a double reduction over float data does not); the
@@ -111,4 +111,4 @@ template LossSums softmax_xent_eval<float>(const float*, const int32_t*, const u
 template LossSums softmax_xent_eval<double>(const double*, const int32_t*, const uint8_t*, int,
                                             int, double);
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

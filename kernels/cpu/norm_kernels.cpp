@@ -16,7 +16,7 @@
 //  * per-element affine maps are applied in T with per-column coefficients precomputed in
 //    double; a shift is split into its T rounding plus a double correction folded into the
 //    offset, so large means do not lose precision.
-#include "kernels/norm_kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,7 +26,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace pn::k {
+namespace pn::k::cpu {
 namespace {
 constexpr int kRowChunk = 256;  // rows per partial-sum chunk (fixed: thread-count independent)
 inline bool big(int rows, int d) { return size_t(rows) * size_t(d) > 32768; }
@@ -543,4 +543,4 @@ PN_NORM_KERNELS(float)
 PN_NORM_KERNELS(double)
 #undef PN_NORM_KERNELS
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

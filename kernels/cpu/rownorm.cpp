@@ -4,10 +4,9 @@
 // LayerNorm is group normalization with one group: both share the vectorised kernels of
 // kernels/cpu/norm_kernels.cpp (row sums over independent double lanes, dgamma/dbeta
 // accumulated in the same pass into fixed row-chunk partials combined in chunk order).
-#include "kernels/kernels.h"
-#include "kernels/norm_kernels.h"
+#include "kernels/cpu/cpu_kernels.h"
 
-namespace pn::k {
+namespace pn::k::cpu {
 
 template <class T>
 void layernorm_forward(const T* x, int rows, int d, const T* gamma, const T* beta, T eps, T* y,
@@ -32,4 +31,4 @@ template void layernorm_backward<double>(const double*, const double*, const dou
                                          const double*, const double*, const uint8_t*, int, int,
                                          double*, double*, double*);
 
-}  // namespace pn::k
+}  // namespace pn::k::cpu

@@ -25,7 +25,7 @@ template <class T>
 T* scratch_as(int slot, size_t count) {
   return static_cast<T*>(cuda_scratch(slot, count * sizeof(T)));
 }
-enum ScratchSlot { kSlotPartials = 0, kSlotCoeffs = 1, kSlotRows = 2, kSlotCount = 3 };
+enum ScratchSlot { kSlotPartials = 0, kSlotCoeffs = 1, kSlotRows = 2, kSlotSums = 3, kSlotCount = 4 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
 

@@ -155,7 +155,8 @@ void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, 
 // statistics set) takes the inference scale and leaves the running state, t and nu unchanged.
 // batch: stats = [count | sum (x - rm) | sum (x - rm)^2] with shift rm = running_mean.
 void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
-                  double* running_var, double* mean, double* rstd, cudaStream_t s);
+                  double* running_var, double* mean, double* rstd, double* var_b,
+                  cudaStream_t s);  // var_b (may be null): the batch variance, for probes
 // sums = [sum dy | sum dy (x - mean)]: dgamma += sums1 * rstd, dbeta += sums0 (this rank's).
 void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
                        float* dgamma, float* dbeta, cudaStream_t s);
@@ -180,5 +181,25 @@ void mean_over_count(const double* count, const double* sums, int d, double* b, 
 // PN: nu <- nu (1 - (1-alpha_bkw) Gamma) + (1-alpha_bkw) Lambda, after dx used the old nu.
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
                   const double* inv_s, int d, double alpha_bkw, double* nu, cudaStream_t s);
+
+
+// ---- fused passes, device-resident sums, double vectors (twins of kernels/ops.inc) -----------
+void bias_relu_forward(float* y, const float* b, int rows, int cols, cudaStream_t s);
+void relu_backward_bias_grad(const float* y, float* dy, int rows, int cols, float* db,
+                             cudaStream_t s);
+void dropout_add(const float* a, const float* b, const uint8_t* keep, float p, size_t n,
+                 float* y, cudaStream_t s);
+void dropout_copy(const float* x, const uint8_t* keep, float p, size_t n, float* y,
+                  cudaStream_t s);
+void log_softmax_rows(float* x, int rows, int cols, cudaStream_t s);
+// sums[0..2] += the loss sums; out[0] += sum x^2, out[1] += non-finite count.
+void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
+                      float label_smoothing, float grad_scale, double* sums, cudaStream_t s);
+void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,
+                           int rows, int V, float label_smoothing, double* sums, cudaStream_t s);
+void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s);
+void fill(double* x, size_t n, double value, cudaStream_t s);
+void add_inplace(double* y, const double* x, size_t n, cudaStream_t s);
+void inverse_sqrt_eps(const double* var, int d, double eps, double* inv, cudaStream_t s);
 
 }  // namespace pn::cuda

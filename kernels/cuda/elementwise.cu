@@ -223,4 +223,47 @@ bool all_finite_host(const float* x, size_t n, cudaStream_t s) {
   return h == 0;
 }
 
+
+// ---- fused passes and device-resident sums (the CPU kernels' math, one pass each) -----------
+void bias_relu_forward(float* y, const float* b, int rows, int cols, cudaStream_t s) {
+  const size_t n = size_t(rows) * cols;
+  for_each(n, s, [=] __device__(size_t i) {
+    const float v = y[i] + b[i % cols];
+    y[i] = v > 0.f ? v : 0.f;
+  });
+}
+void relu_backward_bias_grad(const float* y, float* dy, int rows, int cols, float* db,
+                             cudaStream_t s) {
+  // dy masked in place, then its column sums with the deterministic column reduction.
+  for_each(size_t(rows) * cols, s, [=] __device__(size_t i) { dy[i] = y[i] > 0.f ? dy[i] : 0.f; });
+  bias_grad(dy, rows, cols, db, s);
+}
+void dropout_add(const float* a, const float* b, const uint8_t* keep, float p, size_t n,
+                 float* y, cudaStream_t s) {
+  if (!keep) return add(a, b, n, y, s);
+  const float sc = 1.f / (1.f - p);
+  for_each(n, s, [=] __device__(size_t i) { y[i] = __fadd_rn(a[i], keep[i] ? __fmul_rn(b[i], sc) : 0.f); });
+}
+void dropout_copy(const float* x, const uint8_t* keep, float p, size_t n, float* y,
+                  cudaStream_t s) {
+  if (!keep) return copy(x, n, y, s);
+  const float sc = 1.f / (1.f - p);
+  for_each(n, s, [=] __device__(size_t i) { y[i] = keep[i] ? __fmul_rn(x[i], sc) : 0.f; });
+}
+void fill(double* x, size_t n, double value, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { x[i] = value; });
+}
+void add_inplace(double* y, const double* x, size_t n, cudaStream_t s) {
+  for_each(n, s, [=] __device__(size_t i) { y[i] += x[i]; });
+}
+void inverse_sqrt_eps(const double* var, int d, double eps, double* inv, cudaStream_t s) {
+  for_each(size_t(d > 0 ? d : 0), s, [=] __device__(size_t c) { inv[c] = 1.0 / sqrt(var[c] + eps); });
+}
+void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s) {
+  double* tmp = scratch_as<double>(kSlotSums, 2);
+  sum_squares(x, n, tmp, s);
+  count_nonfinite(x, n, tmp + 1, s);
+  add_inplace(out, tmp, 2, s);
+}
+
 }  // namespace pn::cuda

@@ -104,4 +104,42 @@ k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
   return {h[0], h[1], h[2]};
 }
 
+
+void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
+                      float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
+  double* tmp = scratch_as<double>(kSlotSums, 3);
+  softmax_xent(logits, target, mask, rows, V, label_smoothing, grad_scale, tmp, s);
+  add_inplace(sums, tmp, 3, s);
+}
+void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,
+                           int rows, int V, float label_smoothing, double* sums, cudaStream_t s) {
+  double* tmp = scratch_as<double>(kSlotSums, 3);
+  softmax_xent_eval(logits, target, mask, rows, V, label_smoothing, tmp, s);
+  add_inplace(sums, tmp, 3, s);
+}
+
+namespace {
+// x <- x - max - log(sum exp(x - max)) per row, one block per row; the sum in double.
+__global__ void log_softmax_rows_kernel(float* x, int cols) {
+  __shared__ double shd[kThreads / 32];
+  __shared__ float shf[kThreads / 32];
+  float* row = x + size_t(blockIdx.x) * cols;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) mx = fmaxf(mx, row[j]);
+  mx = block_max(mx, shf);
+  double se = 0;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) se += double(expf(row[j] - mx));
+  se = block_sum(se, shd);
+  const float lse = mx + float(log(se));
+  __syncthreads();
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) row[j] -= lse;
+}
+}  // namespace
+
+void log_softmax_rows(float* x, int rows, int cols, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  log_softmax_rows_kernel<<<rows, kThreads, 0, s>>>(x, cols);
+  PN_LAUNCHED();
+}
+
 }  // namespace pn::cuda

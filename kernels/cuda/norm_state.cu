@@ -20,7 +20,8 @@ unsigned col_grid(int d) { return unsigned((d + kThreads - 1) / kThreads); }
 
 // stats = [count | sum (x - rm) | sum (x - rm)^2] (shift = running mean before this step).
 __global__ void batch_absorb_kernel(const double* stats, int d, double eps, double alpha,
-                                    double* rm, double* rv, double* mean, double* rstd) {
+                                    double* rm, double* rv, double* mean, double* rstd,
+                                    double* var_b) {
   PN_COLUMN_INDEX(c, d);
   const double count = stats[0];
   if (count > 0) {
@@ -28,6 +29,7 @@ __global__ void batch_absorb_kernel(const double* stats, int d, double eps, doub
     const double var = fmax(0.0, stats[1 + d + c] / count - m1 * m1);
     mean[c] = rm[c] + m1;
     rstd[c] = 1.0 / sqrt(var + eps);
+    if (var_b) var_b[c] = var;
     rm[c] = alpha * rm[c] + (1 - alpha) * mean[c];
     rv[c] = alpha * rv[c] + (1 - alpha) * var;
   } else {  // inference formula, state unchanged
@@ -145,9 +147,10 @@ __global__ void pn_nu_kernel(const double* count, const double* sum_x2, const do
   } while (0)
 
 void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
-                  double* running_var, double* mean, double* rstd, cudaStream_t s) {
+                  double* running_var, double* mean, double* rstd, double* var_b,
+                  cudaStream_t s) {
   PN_COLUMN_LAUNCH(batch_absorb_kernel, d, s, stats, d, eps, alpha, running_mean, running_var, mean,
-                   rstd);
+                   rstd, var_b);
 }
 void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
                        float* dgamma, float* dbeta, cudaStream_t s) {

@@ -16,7 +16,7 @@ struct GroupNorm final : Norm<T> {
   ParamStore<T>* store;
   int d, groups, gamma, beta;
   T eps;
-  std::vector<T> mean, rstd;  // rows * groups, saved for backward
+  Buf<T> mean, rstd;  // rows * groups, saved for backward
 
   GroupNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;

@@ -13,7 +13,7 @@ struct LayerNorm final : Norm<T> {
   ParamStore<T>* store;
   int d, gamma, beta;
   T eps;
-  std::vector<T> mean, rstd;
+  Buf<T> mean, rstd;
 
   LayerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;

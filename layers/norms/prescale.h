@@ -17,7 +17,7 @@ struct Prescaled final : Norm<T> {
   std::unique_ptr<Norm<T>> inner;
   int d, groups;
   T eps;
-  std::vector<T> z, dz, rinv;  // z: inner's input, saved for backward
+  Buf<T> z, dz, rinv;  // z: inner's input, saved for backward
 
   Prescaled(std::unique_ptr<Norm<T>> inner, const NormOptions& o, int dim,
             const std::string& name);

@@ -14,7 +14,7 @@ struct RmsNorm final : Norm<T> {
   ParamStore<T>* store;
   int d, gamma;
   T eps;
-  std::vector<T> rinv;  // 1 / r_i per row, saved for backward
+  Buf<T> rinv;  // 1 / r_i per row, saved for backward
 
   RmsNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;

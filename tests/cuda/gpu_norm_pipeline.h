@@ -47,7 +47,7 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
                        stream);
     // (sync_batch: allreduce_sum_device(stats) here)
     cuda::batch_absorb(stats, d, o.eps, o.alpha, st.running_mean.data(), st.running_var.data(),
-                       st.mean.data(), st.rstd.data(), stream);
+                       st.mean.data(), st.rstd.data(), nullptr, stream);
     cuda::column_affine(x, rows, d, st.mean.data(), st.rstd.data(), gamma, beta, y, stream);
     cuda::column_dot(dy, x, mask, rows, d, st.mean.data(), sums, sums + d, stream);
     cuda::batch_param_grads(stats, sums, d, st.rstd.data(), dgamma, dbeta, stream);

@@ -24,7 +24,7 @@ TEST(DataParallel, ParametersIdenticalOnEveryRank) {
   t.train();
   const auto& p = t.model().params.data;
   // Compare every rank with rank 0, element by element.
-  std::vector<float> ref(p);
+  std::vector<float> ref = p.to_host();
   w.broadcast(ref.data(), ref.size() * sizeof(float), 0);
   size_t differing = 0;
   for (size_t i = 0; i < p.size(); ++i) differing += p[i] != ref[i];

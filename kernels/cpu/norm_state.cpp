@@ -1,0 +1,162 @@
+// CPU twins of kernels/cuda/norm_state.cu and of the device-resident sums: the per-column state
+// steps of the batch-type norms, one loop over the d features each, and the accumulating loss and
+// gradient sums. The count is read from memory exactly as on the device.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace pn::k::cpu {
+
+template <class T>
+void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
+                      T label_smoothing, T grad_scale, double* sums) {
+  const LossSums s = softmax_xent<T>(logits, target, mask, rows, V, label_smoothing, grad_scale);
+  sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
+}
+template <class T>
+void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
+                           int V, T label_smoothing, double* sums) {
+  const LossSums s = softmax_xent_eval<T>(logits, target, mask, rows, V, label_smoothing);
+  sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
+}
+template <class T>
+void grad_stats_acc(const T* x, size_t n, double* out) {
+  double ss = 0, bad = 0;
+#pragma omp parallel for reduction(+ : ss, bad) schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) {
+    ss += double(x[i]) * double(x[i]);
+    bad += std::isfinite(x[i]) ? 0.0 : 1.0;
+  }
+  out[0] += ss, out[1] += bad;
+}
+
+void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
+                  double* running_var, double* mean, double* rstd, double* var_b) {
+  const double count = stats[0];
+  for (int c = 0; c < d; ++c) {
+    if (count > 0) {
+      const double m1 = stats[1 + c] / count;
+      const double var = std::max(0.0, stats[1 + d + c] / count - m1 * m1);
+      mean[c] = running_mean[c] + m1;
+      rstd[c] = 1.0 / std::sqrt(var + eps);
+      if (var_b) var_b[c] = var;
+      running_mean[c] = alpha * running_mean[c] + (1 - alpha) * mean[c];
+      running_var[c] = alpha * running_var[c] + (1 - alpha) * var;
+    } else {  // inference formula, state unchanged
+      mean[c] = running_mean[c];
+      rstd[c] = 1.0 / std::sqrt(running_var[c] + eps);
+    }
+  }
+}
+
+template <class T>
+void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
+                       T* dgamma, T* dbeta) {
+  if (!(*count > 0)) return;
+  for (int c = 0; c < d; ++c) {
+    dgamma[c] += T(sums[d + c] * rstd[c]);
+    dbeta[c] += T(sums[c]);
+  }
+}
+
+template <class T>
+void batch_backward_coeffs(const double* count, const double* sums, int d, const T* gamma,
+                           const double* rstd, double* a, double* b) {
+  const double n = *count;
+  for (int c = 0; c < d; ++c) {
+    a[c] = n > 0 ? double(gamma[c]) * sums[c] / n : 0.0;
+    b[c] = n > 0 ? double(gamma[c]) * sums[d + c] * rstd[c] / n : 0.0;
+  }
+}
+
+void power_v_absorb(const double* stats, int d, double eps, double alpha, double* running_psi2,
+                    double* inv_s) {
+  const double count = stats[0];
+  for (int c = 0; c < d; ++c) {
+    if (count > 0) {
+      const double psi2_b = stats[1 + c] / count;
+      inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
+      running_psi2[c] = alpha * running_psi2[c] + (1 - alpha) * psi2_b;
+    } else {
+      inv_s[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+    }
+  }
+}
+
+void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
+                      const double* running_psi2, double* inv_s) {
+  if (*t + 1 <= double(warmup)) return;
+  for (int c = 0; c < d; ++c) inv_s[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
+}
+
+void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
+               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2) {
+  const double count = stats[0];
+  if (!(count > 0)) {
+    inverse_sqrt_eps(running_psi2, d, eps, inv_s);
+    return;
+  }
+  const double t1 = *t + 1;
+  const bool warm = t1 <= double(warmup);
+  for (int c = 0; c < d; ++c) {
+    sum_x2[c] = stats[1 + c];
+    const double psi2_b = sum_x2[c] / count;
+    if (warm) inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
+    running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t1
+                           : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+  }
+  *t = t1;
+}
+
+template <class T>
+void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
+                     const T* gamma, T* dgamma, T* dbeta, double* g_xh) {
+  const bool has_rows = *count > 0;
+  for (int c = 0; c < d; ++c) {
+    if (!has_rows) {
+      g_xh[c] = 0;
+      continue;
+    }
+    const double dy_xh = sums[d + c] * inv_s[c];
+    dgamma[c] += T(dy_xh);
+    dbeta[c] += T(sums[c]);
+    g_xh[c] = double(gamma[c]) * dy_xh;
+  }
+}
+
+void mean_over_count(const double* count, const double* sums, int d, double* b) {
+  const double n = *count;
+  for (int c = 0; c < d; ++c) b[c] = n > 0 ? sums[c] / n : 0.0;
+}
+
+void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
+                  const double* inv_s, int d, double alpha_bkw, double* nu) {
+  const double n = *count;
+  if (!(n > 0)) return;
+  for (int c = 0; c < d; ++c) {
+    const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / n;
+    const double Lambda = g_xh[c] / n;
+    nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + (1 - alpha_bkw) * Lambda;
+  }
+}
+
+void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
+  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(var[c] + eps);
+}
+
+#define PN_INSTANTIATE(T)                                                                       \
+  template void softmax_xent_acc<T>(T*, const int32_t*, const uint8_t*, int, int, T, T,         \
+                                    double*);                                                   \
+  template void softmax_xent_eval_acc<T>(const T*, const int32_t*, const uint8_t*, int, int, T, \
+                                         double*);                                              \
+  template void grad_stats_acc<T>(const T*, size_t, double*);                                   \
+  template void batch_param_grads<T>(const double*, const double*, int, const double*, T*, T*); \
+  template void batch_backward_coeffs<T>(const double*, const double*, int, const T*,           \
+                                         const double*, double*, double*);                      \
+  template void psi_param_grads<T>(const double*, const double*, int, const double*, const T*,  \
+                                   T*, T*, double*);
+PN_INSTANTIATE(float)
+PN_INSTANTIATE(double)
+
+}  // namespace pn::k::cpu
