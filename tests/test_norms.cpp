@@ -446,10 +446,33 @@ TEST(NormProbe, PowerNormsReportPsiDistanceAndGradientPart) {
     }
     std::map<std::string, double> got(norm->probed()->probe_values.begin(),
                                       norm->probed()->probe_values.end());
-    ASSERT_EQ(got.size(), 2u) << kind;
+    ASSERT_EQ(got.size(), std::string(kind) == "power" ? 3u : 2u) << kind;
     EXPECT_GT(got.at("dist_psi2"), 0) << kind;
     EXPECT_GT(got.at("g_psi2"), 0) << kind;  // PN: nu != 0 after the first backward
   }
+}
+
+// PN's psi2_ratio: mean over features of the running psi^2 (before the update) over psi_B^2.
+TEST(NormProbe, PowerNormReportsRunningOverBatchPsiRatio) {
+  const int rows = 5, d = 4;
+  ParamStore<double> s;
+  NormOptions o;
+  o.kind = "power";
+  o.warmup = 0;
+  auto norm = make_norm<double>(o, d, s, "pn", nullptr);
+  s.allocate(1);
+  norm->probe = true;
+  std::vector<double> x = test::randn(rows * d, 7, 3.0), dy = test::randn(rows * d, 8);
+  std::vector<double> y(rows * d), dx(rows * d);
+  norm->forward(x.data(), nullptr, rows, y.data(), true);  // running psi^2 was 1
+  double want = 0;
+  for (int c = 0; c < d; ++c) {
+    double pb = 0;
+    for (int r = 0; r < rows; ++r) pb += x[r * d + c] * x[r * d + c] / rows;
+    want += 1.0 / pb / d;
+  }
+  std::map<std::string, double> got(norm->probe_values.begin(), norm->probe_values.end());
+  EXPECT_NEAR(got.at("psi2_ratio"), want, 1e-12);
 }
 
 }  // namespace

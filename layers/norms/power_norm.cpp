@@ -28,8 +28,14 @@ void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
   count = buf[0];
   if (count <= 0) return;  // empty statistics set: state unchanged
   t += 1;
-  if (this->probe)
-    this->probe_values = {{"dist_psi2", probe_psi2_distance(buf, running_psi2)}};
+  if (this->probe) {
+    // psi2_ratio: mean over features of psi^2 / psi_B^2 (running value before this update, the
+    // one inference would use): far from 1, inference scales the layer's output wrongly.
+    double ratio = 0;
+    for (int c = 0; c < d; ++c) ratio += running_psi2[c] / (buf[1 + c] / count) / d;
+    this->probe_values = {{"dist_psi2", probe_psi2_distance(buf, running_psi2)},
+                          {"psi2_ratio", ratio}};
+  }
   for (int c = 0; c < d; ++c) {
     sum_x2[c] = buf[1 + c];
     const double psi2_b = sum_x2[c] / count;
