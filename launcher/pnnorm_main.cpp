@@ -48,6 +48,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("alpha-fwd", po::value(&o.alpha_fwd)->default_value(o.alpha_fwd), "PN forward momentum")
     ("alpha-bkw", po::value(&o.alpha_bkw)->default_value(o.alpha_bkw), "PN backward momentum")
     ("warmup", po::value(&o.warmup)->default_value(o.warmup), "PN warmup iterations")
+    ("pn-variant", po::value(&o.pn_variant)->default_value(o.pn_variant),
+     "PN's math (power, sync_power): paper or authors")
     ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
     ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
      "pre-scaling groups before batch-type norms (0: off)")
@@ -70,6 +72,11 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     throw std::invalid_argument("unknown --norm '" + o.kind + "' (known: " + known + ")");
   }
   if (o.eps <= 0) throw std::invalid_argument("--eps must be positive");
+  if (o.pn_variant != "paper" && o.pn_variant != "authors")
+    throw std::invalid_argument("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
+  if (o.pn_variant != "paper" && o.kind != "power" && o.kind != "sync_power")
+    throw std::invalid_argument("--pn-variant " + o.pn_variant + " applies to power and " +
+                                "sync_power only, not --norm " + o.kind);
 
   std::vector<int64_t> xs, dys, ms;
   const std::vector<float> X = pn::npy::read_float32(x_path, &xs);

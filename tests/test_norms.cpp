@@ -9,6 +9,7 @@
 
 #include "comm/communicator.h"
 #include "gradcheck.h"
+#include "pn_reference.h"
 #include "layers/norms/norm.h"
 
 namespace pn {
@@ -128,74 +129,31 @@ TEST(Norms, RmsAndGroupValues) {
   }
 }
 
-// The SPEC pseudo-code of PN, written out element by element.
-struct PnReference {
-  int d;
-  double eps, af, ab;
-  int64_t W;
-  std::vector<double> psi2, nu, s;
-  int64_t t = 0;
-  PnReference(int d_, double eps_, double af_, double ab_, int64_t W_)
-      : d(d_), eps(eps_), af(af_), ab(ab_), W(W_), psi2(d_, 1.0), nu(d_, 0.0), s(d_) {}
-  void forward(const std::vector<double>& x, const std::vector<uint8_t>& m, const double* g,
-               const double* b, std::vector<double>& y) {
-    const int rows = int(m.size());
-    double B = 0;
-    for (auto v : m) B += v ? 1 : 0;
-    t += 1;
-    for (int c = 0; c < d; ++c) {
-      double pb = 0;
-      for (int r = 0; r < rows; ++r)
-        if (m[r]) pb += x[r * d + c] * x[r * d + c];
-      pb /= B;
-      s[c] = t <= W ? std::sqrt(pb + eps) : std::sqrt(psi2[c] + eps);
-      for (int r = 0; r < rows; ++r) y[r * d + c] = g[c] * x[r * d + c] / s[c] + b[c];
-      psi2[c] = t <= W ? psi2[c] + (pb - psi2[c]) / double(t) : af * psi2[c] + (1 - af) * pb;
-    }
-  }
-  void backward(const std::vector<double>& x, const std::vector<double>& dy,
-                const std::vector<uint8_t>& m, const double* g, std::vector<double>& dx,
-                std::vector<double>& dgamma, std::vector<double>& dbeta) {
-    const int rows = int(m.size());
-    double B = 0;
-    for (auto v : m) B += v ? 1 : 0;
-    for (int c = 0; c < d; ++c) {
-      double Gam = 0, Lam = 0;
-      dgamma[c] = dbeta[c] = 0;
-      for (int r = 0; r < rows; ++r) {
-        const double xh = x[r * d + c] / s[c], gg = g[c] * dy[r * d + c];
-        dx[r * d + c] = m[r] ? (gg - nu[c] * xh) / s[c] : 0.0;
-        if (!m[r]) continue;
-        Gam += xh * xh / B;
-        Lam += gg * xh / B;
-        dgamma[c] += dy[r * d + c] * xh;
-        dbeta[c] += dy[r * d + c];
-      }
-      nu[c] = nu[c] * (1 - (1 - ab) * Gam) + (1 - ab) * Lam;
-    }
-  }
-};
-
-void check_power_against_reference(const std::string& kind, int W) {
-  SCOPED_TRACE(kind);
+// PN, both variants, against the SPEC pseudo-code (tests/pn_reference.h) across the warmup
+// boundary: iterations 1 and 2 inside it (t < W), 3 on it (t = W: batch s, but the authors'
+// state update is already the EMA alone), 4 to 6 after it.
+void check_power_against_reference(const std::string& kind, int W, const std::string& variant,
+                                   bool masked) {
+  SCOPED_TRACE(kind + " W=" + std::to_string(W) + " " + variant + (masked ? " masked" : ""));
   const int rows = 6, d = 3;
   NormOptions o = opts(kind);
   o.warmup = W;
   o.alpha_fwd = 0.7;
   o.alpha_bkw = 0.8;
+  o.pn_variant = variant;
   auto comm = make_single_communicator();
   ParamStore<double> s;
   auto pn = make_norm<double>(o, d, s, "pn", comm.get());
   s.allocate(1);
   randomize(s, 40);
-  PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W);
+  test::PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W, variant == "authors");
   std::vector<double> y(rows * d), yr(rows * d), dx(rows * d), dxr(rows * d), dgr(d), dbr(d);
-  for (int it = 0; it < 4; ++it) {
+  for (int it = 0; it < 6; ++it) {
     SCOPED_TRACE("iteration " + std::to_string(it + 1));
-    auto x = randn(size_t(rows) * d, 41 + it, 1.0 + it, 0.2 * it);
+    auto x = randn(size_t(rows) * d, 41 + it, 1.0 + 0.5 * it, 0.2 * it);
     auto dy = randn(size_t(rows) * d, 51 + it);
     std::vector<uint8_t> mask(rows, 1);
-    mask[it % rows] = 0;
+    if (masked) mask[it % rows] = mask[(it + 3) % rows] = 0;
     std::fill(s.grad.begin(), s.grad.end(), 0.0);
     pn->forward(x.data(), mask.data(), rows, y.data(), true);
     ref.forward(x, mask, s.p(0), s.p(1), yr);
@@ -214,12 +172,51 @@ void check_power_against_reference(const std::string& kind, int W) {
     }
     EXPECT_EQ(st["t"][0], double(it + 1));
   }
+  // Inference with the running psi^2.
+  auto x = randn(size_t(rows) * d, 60, 2.0);
+  pn->forward(x.data(), nullptr, rows, y.data(), false);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c)
+      EXPECT_NEAR(y[r * d + c],
+                  s.p(0)[c] * x[r * d + c] / std::sqrt(ref.psi2[c] + o.eps) + s.p(1)[c], 1e-12);
 }
 
 TEST(PowerNorm, MatchesSpecPseudoCodeAcrossWarmup) {
-  check_power_against_reference("power", 2);
-  check_power_against_reference("power", 0);
-  check_power_against_reference("sync_power", 2);
+  for (const char* variant : {"paper", "authors"})
+    for (bool masked : {false, true}) {
+      check_power_against_reference("power", 3, variant, masked);
+      check_power_against_reference("power", 0, variant, masked);
+      check_power_against_reference("sync_power", 3, variant, masked);
+    }
+}
+
+// The variants give different state and dx (so the test above exercises two code paths), and
+// an unknown variant is refused.
+TEST(PowerNorm, VariantsDifferAndUnknownIsRefused) {
+  const int rows = 5, d = 2;
+  std::vector<std::vector<double>> psi2, dxs;
+  for (const char* variant : {"paper", "authors"}) {
+    NormOptions o = opts("power");
+    o.warmup = 2;
+    o.pn_variant = variant;
+    ParamStore<double> s;
+    auto pn = make_norm<double>(o, d, s, "pn", nullptr);
+    s.allocate(1);
+    std::vector<double> y(rows * d), dx(rows * d);
+    for (int it = 0; it < 3; ++it) {
+      auto x = randn(size_t(rows) * d, 70 + it, 2.0), dy = randn(size_t(rows) * d, 80 + it);
+      pn->forward(x.data(), nullptr, rows, y.data(), true);
+      pn->backward(x.data(), dy.data(), nullptr, rows, dx.data());
+    }
+    psi2.push_back(snapshot(*pn)["running_psi2"]);
+    dxs.push_back(dx);
+  }
+  EXPECT_NE(psi2[0], psi2[1]);
+  EXPECT_NE(dxs[0], dxs[1]);
+  NormOptions bad = opts("power");
+  bad.pn_variant = "fairseq";
+  ParamStore<double> s;
+  EXPECT_THROW(make_norm<double>(bad, d, s, "pn", nullptr), std::invalid_argument);
 }
 
 // Runs `iters` masked training iterations of kind and its twin and expects identical results.
@@ -449,10 +446,33 @@ TEST(NormProbe, PowerNormsReportPsiDistanceAndGradientPart) {
     }
     std::map<std::string, double> got(norm->probed()->probe_values.begin(),
                                       norm->probed()->probe_values.end());
-    ASSERT_EQ(got.size(), 2u) << kind;
+    ASSERT_EQ(got.size(), std::string(kind) == "power" ? 3u : 2u) << kind;
     EXPECT_GT(got.at("dist_psi2"), 0) << kind;
     EXPECT_GT(got.at("g_psi2"), 0) << kind;  // PN: nu != 0 after the first backward
   }
+}
+
+// PN's psi2_ratio: mean over features of the running psi^2 (before the update) over psi_B^2.
+TEST(NormProbe, PowerNormReportsRunningOverBatchPsiRatio) {
+  const int rows = 5, d = 4;
+  ParamStore<double> s;
+  NormOptions o;
+  o.kind = "power";
+  o.warmup = 0;
+  auto norm = make_norm<double>(o, d, s, "pn", nullptr);
+  s.allocate(1);
+  norm->probe = true;
+  std::vector<double> x = test::randn(rows * d, 7, 3.0), dy = test::randn(rows * d, 8);
+  std::vector<double> y(rows * d), dx(rows * d);
+  norm->forward(x.data(), nullptr, rows, y.data(), true);  // running psi^2 was 1
+  double want = 0;
+  for (int c = 0; c < d; ++c) {
+    double pb = 0;
+    for (int r = 0; r < rows; ++r) pb += x[r * d + c] * x[r * d + c] / rows;
+    want += 1.0 / pb / d;
+  }
+  std::map<std::string, double> got(norm->probe_values.begin(), norm->probe_values.end());
+  EXPECT_NEAR(got.at("psi2_ratio"), want, 1e-12);
 }
 
 }  // namespace

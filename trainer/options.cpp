@@ -188,8 +188,15 @@ po::options_description describe(Options& o) {
     ("results-path", po::value(&o.results_path),
      "write the hypotheses to this file (one line per sentence; .r<rank> per rank)");
 
+  po::options_description paper("Reproduction of the paper");
+  paper.add_options()
+    ("pn-variant", po::value(&o.pn_variant)->default_value(o.pn_variant),
+     "PN (power, sync_power) as the paper writes it (paper) or as the authors' public code "
+     "computes it (authors: EMA of psi^2 also in warmup, approximate backward with the batch "
+     "psi_B^2)");
+
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run).add(dist).add(mt);
+  all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(paper);
   return all;
 }
 
@@ -278,6 +285,8 @@ void validate_options(const Options& o) {
   if (o.max_update < 0) fail("--max-update must be >= 0");
   if (o.norm_eps <= 0) fail("--norm-eps must be positive");
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
+  if (o.pn_variant != "paper" && o.pn_variant != "authors")
+    fail("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
   if (o.pn_eval_state != "rank0" && o.pn_eval_state != "mean")
     fail("--pn-eval-state '" + o.pn_eval_state + "' is unknown: use rank0 or mean");
   if (o.arch != "transformer_lm" && o.arch != "transformer")
@@ -321,6 +330,7 @@ NormOptions norm_options(const Options& o, const std::string& place) {
   n.alpha = o.norm_alpha;
   n.alpha_fwd = o.pn_alpha_fwd;
   n.alpha_bkw = o.pn_alpha_bkw;
+  n.pn_variant = o.pn_variant;
   // PN's t counts statistics batches: the default warmup spans warmup_updates updates.
   n.warmup = o.pn_warmup >= 0
                  ? o.pn_warmup

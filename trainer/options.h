@@ -76,6 +76,8 @@ struct Options {
   int gen_max_sentences = 0;      // decode only the first N sentences of --gen-subset (0: all)
   std::string results_path;       // write hypotheses here (rank r appends .r<r> when ranks > 1)
   std::string config;
+  // reproduction of the paper
+  std::string pn_variant = "paper";  // PN's math: paper (Algorithm 2) or authors (their code)
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws

@@ -30,6 +30,8 @@ struct NormOptions {
   double alpha_fwd = 0.9;    // PN
   double alpha_bkw = 0.9;    // PN
   int64_t warmup = 0;        // PN warmup iterations (training forward calls)
+  // PN's math: "paper" (Algorithm 2) or "authors" (their public MaskPowerNorm; SPEC section 2).
+  std::string pn_variant = "paper";
   // Ghost statistics (ghost_stats.h): a training forward splits its rows into statistics
   // groups of stats_rows rows (0: one group, the whole call), at least stats_groups of them
   // (the same count on every rank, so synchronized norms meet in every collective).

@@ -1,6 +1,7 @@
 #include "layers/norms/power_norm.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/kernels.h"
 #include "kernels/norm_kernels.h"
@@ -12,8 +13,12 @@ namespace pn {
 template <class T>
 PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
     : store(&s), d(dim), eps(o.eps), alpha_fwd(o.alpha_fwd), alpha_bkw(o.alpha_bkw),
-      warmup(o.warmup), running_psi2(dim, 1.0), nu(dim, 0.0), inv_s(dim, 1.0),
-      sum_x2(dim, 0.0) {
+      warmup(o.warmup), authors(o.pn_variant == "authors"), running_psi2(dim, 1.0),
+      nu(dim, 0.0), inv_s(dim, 1.0), sum_x2(dim, 0.0), inv_s_b(dim, 1.0),
+      nu_coef(dim, 0.0) {
+  if (o.pn_variant != "paper" && o.pn_variant != "authors")
+    throw std::invalid_argument("unknown PN variant '" + o.pn_variant + "' of norm '" + name +
+                                "': use paper or authors");
   gamma = s.add(name + ".weight", {d}, Init::Ones);
   beta = s.add(name + ".bias", {d}, Init::Zeros);
 }
@@ -23,14 +28,25 @@ void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
   count = buf[0];
   if (count <= 0) return;  // empty statistics set: state unchanged
   t += 1;
-  if (this->probe)
-    this->probe_values = {{"dist_psi2", probe_psi2_distance(buf, running_psi2)}};
+  if (this->probe) {
+    // psi2_ratio: mean over features of psi^2 / psi_B^2 (running value before this update, the
+    // one inference would use): far from 1, inference scales the layer's output wrongly.
+    double ratio = 0;
+    for (int c = 0; c < d; ++c) ratio += running_psi2[c] / (buf[1 + c] / count) / d;
+    this->probe_values = {{"dist_psi2", probe_psi2_distance(buf, running_psi2)},
+                          {"psi2_ratio", ratio}};
+  }
   for (int c = 0; c < d; ++c) {
     sum_x2[c] = buf[1 + c];
     const double psi2_b = sum_x2[c] / count;
     if (warm) inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
-    running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t
-                           : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    if (authors) {  // cumulative mean strictly inside warmup, then the EMA in every iteration
+      if (t < double(warmup)) running_psi2[c] += (psi2_b - running_psi2[c]) / t;
+      running_psi2[c] = alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    } else {
+      running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t
+                             : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    }
   }
 }
 
@@ -75,6 +91,27 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   const T* gm = store->p(gamma);
   if (count <= 0) {
     k::fill<T>(dx, size_t(rows) * d, T(0));
+    return;
+  }
+  if (authors) {
+    // dx = inv_s_B (g - (1 - alpha_bkw) nu xh) with xh = x inv_s, written as the kernel's
+    // scale_c (g - b_c x scale_c) with scale = inv_s_B, b = (1 - alpha_bkw) nu inv_s / inv_s_B.
+    for (int c = 0; c < d; ++c) {
+      inv_s_b[c] = 1.0 / std::sqrt(sum_x2[c] / count + eps);
+      nu_coef[c] = (1 - alpha_bkw) * nu[c] * inv_s[c] / inv_s_b[c];
+    }
+    k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s_b.data(), gm, nullptr,
+                               nu_coef.data(), dx);
+    if (this->probe)  // the nu term of dx: inv_s_B (1 - alpha_bkw) nu xh
+      this->probe_values.emplace_back(
+          "g_psi2",
+          probe_xh_part(x, mask, rows, d, nullptr, inv_s_b.data(), nu_coef.data(), count));
+    // nu <- nu + mean_S (g - (1 - alpha_bkw) nu xh) xh = nu (1 - (1 - alpha_bkw) Gamma) + Lambda
+    for (int c = 0; c < d; ++c) {
+      const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / count;
+      const double Lambda = buf[c] / count;
+      nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + Lambda;
+    }
     return;
   }
   // dx with the nu of before this iteration, then the nu update.

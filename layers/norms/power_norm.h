@@ -13,6 +13,14 @@
 //   dgamma = sum_S dy * xh;  dbeta = sum_S dy
 // Inference, and training with B = 0: gamma * x / sqrt(psi^2 + eps) + beta; psi^2, nu and t
 // unchanged, dx = 0, no parameter gradient.
+// The authors' variant (pn_variant "authors", their public MaskPowerNorm) keeps s, y, dgamma,
+// dbeta and inference, and differs in three places:
+//   psi^2 <- psi^2 + (psi_B^2 - psi^2) / t if t < W (strictly), then in every iteration
+//            psi^2 <- alpha_fwd psi^2 + (1 - alpha_fwd) psi_B^2
+//   xh' = g - (1 - alpha_bkw) nu xh;  nu <- nu + mean_S xh' xh = nu (1 - (1 - alpha_bkw) Gamma)
+//        + Lambda;  dx = xh' / s_B with s_B = sqrt(psi_B^2 + eps), this iteration's batch
+//        statistic (also after warmup)
+// Its sums are the paper's (count, sum x^2, sum g xh), so sync_power reduces the same buffers.
 // `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
 // (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
 // [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
@@ -33,11 +41,15 @@ struct PowerNorm : Norm<T> {
   int d, gamma, beta;
   double eps, alpha_fwd, alpha_bkw;
   int64_t warmup;
+  bool authors = false;  // pn_variant "authors"
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
   std::vector<double> running_psi2, nu;
   double t = 0;  // training forward count, a double so that state() can expose it
   // Saved by the training forward for backward.
   std::vector<double> inv_s, sum_x2;
+  // Authors' backward, per feature: inv_s_b = 1/s_B and the kernel's nu term
+  // nu_coef = (1 - alpha_bkw) nu inv_s / inv_s_b, so that dx = inv_s_b (g - nu_coef x inv_s_b).
+  std::vector<double> inv_s_b, nu_coef;
   double count = 0;
   // sync_power after warmup: the forward's [count | sum x^2] all-reduce runs while the rest of
   // the forward does (the output uses the running psi^2 only); backward completes it first.

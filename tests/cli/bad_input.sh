@@ -28,6 +28,7 @@ expect_error "config file .*max-update" --config "$tmp/bad.ini"
 expect_error "cannot read the config file" --config "$tmp/missing.ini"
 expect_error "smaller than one sample" --max-tokens 10
 expect_error "unknown norm 'foo'" --norm foo
+expect_error "--pn-variant .fairseq. is unknown" --pn-variant fairseq
 expect_error "NaN/Inf for 5 updates in a row .*lower --lr" --lr 1e12 --max-update 12 --warmup-updates 0 \
   --lr-scheduler fixed --decoder-embed-dim 32 --decoder-ffn-embed-dim 64
 exit $failures

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "tests/gradcheck.h"
+#include "tests/pn_reference.h"
 #include "layers/norms/norm.h"
 #include "mpi_env.h"
 
@@ -59,7 +60,7 @@ Iteration make_iteration(int N, int d, int it) {
 // Runs `kind` synchronized over the world (this rank: its share) and in one process over all
 // rows, compares every iteration.
 void check_sync_matches_one_process(NormOptions o) {
-  SCOPED_TRACE(o.kind + " prescale " + std::to_string(o.prescale_groups));
+  SCOPED_TRACE(o.kind + " " + o.pn_variant + " prescale " + std::to_string(o.prescale_groups));
   Communicator& w = test::world();
   const int R = w.size(), me = w.rank(), d = 6, iters = 4;
   int N = 0, first = 0;
@@ -113,10 +114,11 @@ void check_sync_matches_one_process(NormOptions o) {
 }
 
 TEST(SyncNorms, UnevenAndEmptyRanksEqualOneProcess) {
-  for (const char* kind : {"sync_batch", "sync_power_v", "sync_power"}) {
+  for (const char* kind : {"sync_batch", "sync_power_v", "sync_power", "sync_power authors"}) {
     for (int prescale : {0, 2}) {
       NormOptions o;
       o.kind = kind;
+      if (o.kind == "sync_power authors") o.kind = "sync_power", o.pn_variant = "authors";
       o.prescale_groups = prescale;
       o.warmup = 2;
       o.alpha = 0.7;
@@ -191,6 +193,81 @@ TEST(SyncNorms, PowerStateIsRankLocal) {
   // The ranks' states differ (they saw different rows), except on a rank with none.
   State st = snapshot(*a);
   EXPECT_EQ(st["t"][0], n > 0 ? 4.0 : 0.0);
+}
+
+// PN, both variants, against the SPEC pseudo-code (tests/pn_reference.h) in double precision
+// across the warmup boundary (W = 3 of 5 iterations), masked rows and uneven shares including a
+// rank with none: `sync_power` against the pseudo-code over every rank's rows, `power` on each
+// rank against the pseudo-code over that rank's own rows.
+void check_pn_against_pseudo_code(const std::string& kind, const std::string& variant,
+                                  bool masked) {
+  Communicator& w = test::world();
+  const int R = w.size(), me = w.rank(), d = 4, iters = 5, W = 3;
+  SCOPED_TRACE(kind + " " + variant + (masked ? " masked" : "") + " rank " +
+               std::to_string(me) + " of " + std::to_string(R));
+  int N = 0, first = 0;
+  for (int r = 0; r < R; ++r) {
+    if (r == me) first = N;
+    N += rows_of(r);
+  }
+  const int n = rows_of(me);
+  const bool sync = kind == "sync_power";
+  NormOptions o;
+  o.kind = kind;
+  o.warmup = W;
+  o.alpha_fwd = 0.8;
+  o.alpha_bkw = 0.6;
+  o.pn_variant = variant;
+  ParamStore<double> s;
+  auto norm = make_norm<double>(o, d, s, "n", &w);
+  s.allocate(7);
+  auto perturb = test::randn(s.data.size(), 8, 0.3);
+  for (size_t i = 0; i < perturb.size(); ++i) s.data[i] += perturb[i];
+  test::PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W, variant == "authors");
+  for (int it = 0; it < iters; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it + 1));
+    Iteration all = make_iteration(N, d, it);
+    if (!masked) std::fill(all.mask.begin(), all.mask.end(), 1);
+    // The reference's rows: all of them (sync_power) or this rank's (power).
+    const int ref_first = sync ? 0 : first, ref_n = sync ? N : n;
+    std::vector<double> rx(all.x.begin() + size_t(ref_first) * d,
+                           all.x.begin() + size_t(ref_first + ref_n) * d);
+    std::vector<double> rdy(all.dy.begin() + size_t(ref_first) * d,
+                            all.dy.begin() + size_t(ref_first + ref_n) * d);
+    std::vector<uint8_t> rm(all.mask.begin() + ref_first, all.mask.begin() + ref_first + ref_n);
+    std::vector<double> yr(rx.size()), dxr(rx.size()), dgr(d), dbr(d);
+    ref.forward(rx, rm, s.p(0), s.p(1), yr);
+    ref.backward(rx, rdy, rm, s.p(0), dxr, dgr, dbr);
+
+    const size_t off = size_t(first) * d, roff = sync ? off : 0;
+    std::vector<double> x(all.x.begin() + off, all.x.begin() + off + size_t(n) * d);
+    std::vector<double> dy(all.dy.begin() + off, all.dy.begin() + off + size_t(n) * d);
+    std::vector<uint8_t> mask(all.mask.begin() + first, all.mask.begin() + first + n);
+    std::vector<double> y(size_t(n) * d), dx(size_t(n) * d);
+    std::fill(s.grad.begin(), s.grad.end(), 0.0);
+    norm->forward(x.data(), mask.data(), n, y.data(), true);
+    norm->backward(x.data(), dy.data(), mask.data(), n, dx.data());
+    for (size_t i = 0; i < y.size(); ++i) {
+      EXPECT_NEAR(y[i], yr[roff + i], 1e-11 * std::max(1.0, std::abs(yr[roff + i]))) << "y " << i;
+      EXPECT_NEAR(dx[i], dxr[roff + i], 1e-11 * std::max(1.0, std::abs(dxr[roff + i])))
+          << "dx " << i;
+    }
+    // Parameter gradients: summed over ranks for sync_power, this rank's own for power.
+    std::vector<double> g = s.grad;
+    if (sync) w.allreduce_sum(g.data(), g.size());
+    for (int c = 0; c < d; ++c) {
+      EXPECT_NEAR(g[c], dgr[c], 1e-11 * std::max(1.0, std::abs(dgr[c]))) << "dgamma " << c;
+      EXPECT_NEAR(g[d + c], dbr[c], 1e-11 * std::max(1.0, std::abs(dbr[c]))) << "dbeta " << c;
+    }
+    State want{{"running_psi2", ref.psi2}, {"nu", ref.nu}, {"t", {double(ref.t)}}};
+    expect_near_state(snapshot(*norm), want, 1e-12, "state");
+  }
+}
+
+TEST(SyncNorms, PowerNormVariantsMatchPseudoCode) {
+  for (const char* kind : {"power", "sync_power"})
+    for (const char* variant : {"paper", "authors"})
+      for (bool masked : {false, true}) check_pn_against_pseudo_code(kind, variant, masked);
 }
 
 }  // namespace

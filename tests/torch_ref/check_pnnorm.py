@@ -74,9 +74,14 @@ def main():
         ("sync_power_v", {"alpha": 0.8}, [1, 2, 3]),
         ("sync_power_v", {"prescale_groups": 2}, [1, 3]),
         ("sync_power", {"warmup": 2, "alpha_fwd": 0.8, "alpha_bkw": 0.7}, [1, 2, 3]),
+        ("power", {"warmup": 3, "alpha_fwd": 0.8, "alpha_bkw": 0.7, "pn_variant": "authors"},
+         [1, 2, 3]),
+        ("sync_power", {"warmup": 3, "alpha_fwd": 0.8, "alpha_bkw": 0.7,
+                        "pn_variant": "authors"}, [1, 2, 3]),
     ]
     flag = {"alpha": "--alpha", "alpha_fwd": "--alpha-fwd", "alpha_bkw": "--alpha-bkw",
-            "warmup": "--warmup", "groups": "--groups", "prescale_groups": "--prescale-groups"}
+            "warmup": "--warmup", "groups": "--groups", "prescale_groups": "--prescale-groups",
+            "pn_variant": "--pn-variant"}
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         np.save(f"{tmp}/x.npy", X)

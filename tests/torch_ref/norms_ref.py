@@ -3,7 +3,7 @@
 Exact-gradient layers (layer, rms, group, batch, power_v, optional pre-scaling) use autograd of
 L = sum over unmasked rows of y * dy, whose gradient is SPEC's: masked rows' dx = 0 and they
 enter no statistic or parameter gradient. PN (power, sync_power) is the SPEC pseudo-code written
-out. A sync_* layer is its local twin over all ranks' rows at once.
+out, both variants (paper, authors). A sync_* layer is its local twin over all ranks' rows at once.
 """
 import numpy as np
 import torch
@@ -13,8 +13,9 @@ BATCH_TYPE = {"batch", "sync_batch", "power_v", "sync_power_v", "power", "sync_p
 
 class Options:
     def __init__(self, kind, eps=1e-5, alpha=0.9, alpha_fwd=0.9, alpha_bkw=0.9, warmup=0,
-                 groups=1, prescale_groups=0):
+                 groups=1, prescale_groups=0, pn_variant="paper"):
         self.kind, self.eps, self.alpha = kind, eps, alpha
+        self.pn_variant = pn_variant
         self.alpha_fwd, self.alpha_bkw, self.warmup = alpha_fwd, alpha_bkw, warmup
         self.groups, self.prescale_groups = groups, prescale_groups
 
@@ -128,9 +129,19 @@ class Ref:
         s = np.sqrt((psi2_b if t <= o.warmup else psi2) + o.eps)
         xh = x / s
         y = g_ * xh + b_
+        g = g_ * dy
+        if o.pn_variant == "authors":  # SPEC: PN as the authors' public code computes it
+            if t < o.warmup:
+                psi2 = psi2 + (psi2_b - psi2) / t
+            psi2 = o.alpha_fwd * psi2 + (1 - o.alpha_fwd) * psi2_b
+            xhp = g - (1 - o.alpha_bkw) * nu * xh
+            nu = nu + (xhp[m] * xh[m]).mean(0)
+            dx = xhp / np.sqrt(psi2_b + o.eps)
+            dx[~m] = 0
+            st["running_psi2"], st["nu"] = torch.tensor(psi2), torch.tensor(nu)
+            return y, dx, (dy[m] * xh[m]).sum(0), dy[m].sum(0)
         psi2 = psi2 + (psi2_b - psi2) / t if t <= o.warmup else \
             o.alpha_fwd * psi2 + (1 - o.alpha_fwd) * psi2_b
-        g = g_ * dy
         dx = (g - nu * xh) / s
         dx[~m] = 0
         Gam = (xh[m] ** 2).mean(0)

@@ -1,0 +1,701 @@
+#!/usr/bin/env python3
+"""Reproduces the PowerNorm paper's tables and figures with pntrain, on real data.
+
+One command trains every cell, one after the other, and writes OUT/REPORT.md with its PNGs:
+  Table 2 analog   LN, BN, PN-V, PN (paper) and PN (authors: their MaskPowerNorm behind their
+                   group pre-scaling with G = heads), the same budget and seeds for each;
+                   validation and test perplexity as mean and spread over seeds, next to the
+                   paper's numbers (translation: held-out perplexity and BLEU).
+  Figure 5 analog  the metric over statistics mini-batches at a fixed update size
+                   (launcher/ablate.py underneath; ghost statistics for the LM).
+  Figures 2-4      batch-vs-running statistic distances and gradient-part norms of BN, PN-V and
+                   PN over training (--probe-norm-stats all in the table's first seed;
+                   launcher/plot.py draws them).
+  Figure 6 analog  singular values of the learned embedding matrix for LN and PN (read from
+                   the first seed's checkpoints; numpy's SVD).
+  PN's validation  the running psi^2 of every PN layer against the batch psi_B^2 over the
+  during warmup    first updates (--probe-norm-stats of the paper PN run), which explains the
+                   huge early validation perplexity of `power`.
+
+Cells are resumable: a cell whose metrics end in its final validation, run with the same
+command, and whose evaluation is on disk is skipped, so an interrupted run continues where it
+stopped. Only the report is rewritten each time (from whatever cells are done).
+
+Presets (--quick is the default):
+  lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2,3
+  lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
+                    Transformer in place of the tensorized one), seeds 1,2,3
+  translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split
+  translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
+
+Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--full]
+                    [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR]
+                    [--no-ablation] [-- extra pntrain flags for every cell]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+from ablate import finished, flag_value, mpirun_prefix, read_ini
+from pn_metrics import int_list, read_metrics, split_passthrough
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(ROOT, "..", "shared", "data")
+PRESETS = {
+    # (task, preset): config, data directory (None: the config's), ablation mini-batches,
+    # ablation norms, BLEU sentences (translation; 0 = all)
+    ("lm", "quick"): ("reproduce_quick_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
+                      "batch,power", 0),
+    ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
+                     "layer,batch,power_v,power", 0),
+    ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
+                               "1024,2048,4096", "batch,power", 300),
+    ("translation", "full"): ("paper_iwslt14.ini", os.path.join(DATA, "iwslt14-de-en"),
+                              "512,1024,2048,4096", "layer,batch,power_v,power", 0),
+}
+# The paper's numbers: Table 2 (PTB test perplexity) and Table 1 (IWSLT'14 BLEU).
+PAPER = {
+    "lm": {"layer": 53.2, "batch": 60.7, "power": 47.6},
+    "translation": {"layer": 35.5, "batch": 34.4, "power": 35.9},
+}
+ENCODER_NORM_FLAGS = ["--encoder-norm-self", "--encoder-norm-ff", "--encoder-norm-final"]
+
+
+def variants(heads):
+    """The Table 2 rows: (key, label, norm, extra flags, paper key)."""
+    return [
+        ("layer", "LN", "layer", [], "layer"),
+        ("batch", "BN", "batch", [], "batch"),
+        ("power_v", "PN-V", "power_v", [], None),
+        ("power", "PN (paper)", "power", ["--pn-variant", "paper"], "power"),
+        ("power_authors", "PN (authors, pre-scaling G=%d)" % heads, "power",
+         ["--pn-variant", "authors", "--norm-prescale-groups", str(heads)], "power"),
+    ]
+
+
+def die(msg):
+    print("reproduce: error: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def run_logged(cmd, log_path):
+    with open(log_path, "w") as log:
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+# ---- checkpoints (trainer/checkpoint.h: magic, header length, JSON header, payload, CRC) ----
+def read_checkpoint_params(model_bin):
+    """{name: (shape, flat float32 list as numpy array)} of a pntrain model.bin."""
+    import numpy as np
+    with open(model_bin, "rb") as f:
+        blob = f.read()
+    if blob[:8] != b"PNCKPT01":
+        raise ValueError("%s is not a pntrain checkpoint" % model_bin)
+    (hlen,) = struct.unpack_from("<Q", blob, 8)
+    header = json.loads(blob[16:16 + hlen])
+    payload = np.frombuffer(blob, dtype="<f4", offset=24 + hlen)
+    out, at = {}, 0
+    for p in header["params"]:
+        n = int(np.prod(p["shape"]))
+        out[p["name"]] = payload[at:at + n].reshape(p["shape"])
+        at += n
+    return out
+
+
+def last_checkpoint_dir(save_dir):
+    """The newest complete checkpoint_<update> directory under save_dir, or None."""
+    best, best_u = None, -1
+    if not os.path.isdir(save_dir):
+        return None
+    for name in os.listdir(save_dir):
+        m = re.fullmatch(r"checkpoint_(\d+)", name)
+        if m and os.path.exists(os.path.join(save_dir, name, "DONE")) and int(m.group(1)) > best_u:
+            best, best_u = os.path.join(save_dir, name), int(m.group(1))
+    return best
+
+
+# ---- statistics ----
+def mean_sd(vals):
+    vals = [v for v in vals if isinstance(v, float) and math.isfinite(v)]
+    if not vals:
+        return None, None, 0
+    return statistics.mean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0), len(vals)
+
+
+def fmt_ms(vals, digits=1):
+    m, sd, n = mean_sd(vals)
+    if m is None:
+        return "—"
+    if n == 1:
+        return "%.*f (1 seed)" % (digits, m)
+    return "%.*f ± %.*f (%d)" % (digits, m, digits, sd, n)
+
+
+def separated(a, b):
+    """Whether two seed samples' means differ by more than twice the standard error of the
+    difference (None when a sample has fewer than 2 seeds)."""
+    ma, sa, na = mean_sd(a)
+    mb, sb, nb = mean_sd(b)
+    if na < 2 or nb < 2:
+        return None
+    se = math.sqrt(sa * sa / na + sb * sb / nb)
+    return abs(ma - mb) > 2 * se
+
+
+# ---- the cells ----
+class Runner:
+    def __init__(self, a, extra, config, data, translation):
+        self.a, self.extra, self.config, self.data = a, extra, config, data
+        self.translation = translation
+        self.ini = read_ini(config)
+        self.max_update = int(flag_value(extra, "max-update", self.ini.get("max-update", "1000")))
+
+    def base_args(self, norm, norm_flags, seed, cell_dir, probe):
+        args = ["--config", self.config]
+        if self.data is not None:
+            args += ["--data", self.data]
+        if self.translation:
+            args += [x for flag in ENCODER_NORM_FLAGS for x in (flag, norm)]
+        else:
+            args += ["--norm", norm]
+        args += norm_flags + ["--seed", str(seed)]
+        args += ["--metrics", os.path.join(cell_dir, "metrics.jsonl"),
+                 "--save-dir", os.path.join(cell_dir, "checkpoints"), "--keep-last", "1"]
+        if probe:
+            args += ["--probe-norm-stats", "all"]
+        if self.a.device == "cuda":
+            args += ["--device", "cuda"]
+        return args + self.extra
+
+    def table_cell(self, key, norm, norm_flags, seed, probe, tag):
+        """Trains one (variant, seed) cell and evaluates its last checkpoint; returns its row."""
+        cell_dir = os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
+        os.makedirs(cell_dir, exist_ok=True)
+        args = self.base_args(norm, norm_flags, seed, cell_dir, probe)
+        cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
+        cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args)
+        eval_path = os.path.join(cell_dir, "eval.json")
+        if finished(cell_dir, self.max_update, cmd_text) and os.path.exists(eval_path):
+            print("%s: done before, skipped" % tag, flush=True)
+            return self.row(key, seed, cell_dir)
+        print("%s: running ..." % tag, end="", flush=True)
+        t0 = time.time()
+        with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
+            f.write(cmd_text + "\n")
+        rc = 0
+        if not finished(cell_dir, self.max_update, cmd_text):
+            # A fresh start: a stale checkpoint of another command must not be resumed.
+            shutil.rmtree(os.path.join(cell_dir, "checkpoints"), ignore_errors=True)
+            rc = run_logged(cmd, os.path.join(cell_dir, "train.log"))
+        train_s = time.time() - t0
+        if rc == 0 and finished(cell_dir, self.max_update, cmd_text):
+            rc = self.evaluate(cmd, cell_dir, train_s)
+        if rc != 0:
+            print(" FAILED (exit %d); see %s" % (rc, cell_dir), flush=True)
+            return self.row(key, seed, cell_dir)
+        row = self.row(key, seed, cell_dir)
+        print(" %.0fs: valid ppl %.2f test ppl %s%s" % (
+            time.time() - t0, row["valid_ppl"], "%.2f" % row["test_ppl"],
+            " BLEU %.2f" % row["bleu"] if self.translation else ""), flush=True)
+        return row
+
+    def evaluate(self, cmd, cell_dir, train_s):
+        ev = cmd + ["--eval-only"]
+        if self.translation:
+            ev += ["--beam", "5", "--remove-bpe", "--gen-max-sentences", str(self.a.gen_sentences)]
+        log = os.path.join(cell_dir, "eval.log")
+        rc = run_logged(ev, log)
+        with open(log, errors="replace") as f:
+            text = f.read()
+        res = {"train_s": train_s}
+        if self.translation:
+            m = re.findall(r"valid loss ([0-9.]+) ppl ([0-9.e+]+)", text)
+            b = re.findall(r"BLEU = ([0-9.]+)", text)
+            if rc != 0 or not m or not b:
+                return rc or 1
+            res.update(valid_ppl=float(m[-1][1]), test_ppl=float(m[-1][1]), bleu=float(b[-1]))
+        else:
+            m = re.findall(r"valid loss [0-9.]+ ppl ([0-9.e+]+) \| test loss [0-9.]+ ppl "
+                           r"([0-9.e+]+)", text)
+            if rc != 0 or not m:
+                return rc or 1
+            res.update(valid_ppl=float(m[-1][0]), test_ppl=float(m[-1][1]))
+        with open(os.path.join(cell_dir, "eval.json"), "w") as f:
+            json.dump(res, f)
+        return 0
+
+    def row(self, key, seed, cell_dir):
+        r = {"key": key, "seed": seed, "dir": cell_dir, "valid_ppl": float("nan"),
+             "test_ppl": float("nan"), "bleu": float("nan"), "train_s": float("nan")}
+        try:
+            with open(os.path.join(cell_dir, "eval.json")) as f:
+                r.update(json.load(f))
+        except (OSError, ValueError):
+            pass
+        return r
+
+
+# ---- figures ----
+def plt_or_none():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError:
+        return None
+
+
+def embedding_spectra(cells):
+    """{label: normalised singular values} of the embedding matrix of each given cell."""
+    import numpy as np
+    out = {}
+    for label, cell_dir in cells:
+        ck = last_checkpoint_dir(os.path.join(cell_dir, "checkpoints"))
+        if not ck:
+            continue
+        params = read_checkpoint_params(os.path.join(ck, "model.bin"))
+        name = next((n for n in params if n.endswith("embed_tokens.weight")), None)
+        if name is None:
+            continue
+        s = np.linalg.svd(params[name].astype(np.float64), compute_uv=False)
+        out[label] = s
+    return out
+
+
+def draw_spectra(spectra, path):
+    plt = plt_or_none()
+    if plt is None or not spectra:
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for label, s in spectra.items():
+        ax.plot(range(1, len(s) + 1), s / s[0], label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("index")
+    ax.set_ylabel("singular value / largest")
+    ax.set_title("singular values of the learned embedding matrix", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def warmup_probe(cell_dir, upto):
+    """Per update of the first `upto` of a probed PN cell: {layer: psi2_ratio}, the mean over
+    features of the running psi^2 (before the update: what inference would use) over the batch
+    psi_B^2; and the cell's validation lines."""
+    updates, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
+    rows = []
+    for u in updates:
+        if u.get("update", 0) > upto:
+            break
+        ns = u.get("norm_stats") or {}
+        ratios = {k: v["psi2_ratio"] for k, v in ns.items() if "psi2_ratio" in v}
+        if ratios:
+            rows.append((u["update"], ratios))
+    return rows, valids
+
+
+def draw_warmup(rows_by_label, valids_by_label, warmup, path):
+    plt = plt_or_none()
+    if plt is None or not rows_by_label:
+        return False
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = ["-", "--", ":"]
+    for i, (label, rows) in enumerate(rows_by_label.items()):
+        layers = sorted({k for _, r in rows for k in r})
+        for j, layer in enumerate(layers):
+            pts = [(u, r[layer]) for u, r in rows if layer in r]
+            a1.plot([p[0] for p in pts], [p[1] for p in pts], ls=styles[i % 3], lw=1,
+                    color="C%d" % (j % 10), label="%s %s" % (label, layer))
+    a1.axvline(warmup, color="grey", ls="--", lw=0.8)
+    a1.axhline(1.0, color="black", lw=0.5)
+    a1.set_yscale("log")
+    a1.set_xlabel("update")
+    a1.set_ylabel("running psi^2 / batch psi_B^2 (mean over features)")
+    a1.set_title("what inference divides by, against training (dashed: end of warmup)",
+                 fontsize=9)
+    a1.grid(True, alpha=0.3)
+    a1.legend(fontsize=6, ncol=2)
+    for label, valids in valids_by_label.items():
+        pts = [(v["update"], v["valid_ppl"]) for v in valids
+               if isinstance(v.get("valid_ppl"), (int, float)) and math.isfinite(v["valid_ppl"])]
+        if pts:
+            a2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    a2.axvline(warmup, color="grey", ls="--", lw=0.8)
+    a2.set_yscale("log")
+    a2.set_xlabel("update")
+    a2.set_ylabel("validation perplexity")
+    a2.set_title("validation perplexity (first seed)", fontsize=10)
+    a2.grid(True, alpha=0.3)
+    a2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# ---- the report ----
+def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed):
+    L = []
+    task = a.task
+    L.append("# PowerNorm reproduction: %s, --%s" % (
+        "language model" if task == "lm" else "translation", a.preset))
+    L.append("")
+    L.append("Config `%s`, data `%s`, seeds %s, %d rank(s), device %s, %d updates per cell. "
+             "Generated by `launcher/pn reproduce` in %.0f min (this invocation)." % (
+                 os.path.relpath(runner.config, ROOT), runner.data or runner.ini.get("data"),
+                 a.seeds, a.ranks, a.device, runner.max_update, elapsed / 60))
+    if runner.extra:
+        L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
+    L.append("")
+    L.append("## Table 2 analog")
+    L.append("")
+    paper = PAPER[task]
+    if task == "lm":
+        L.append("Perplexity after the cell's last update, mean ± sample standard deviation "
+                 "(seeds). Paper: PTB test perplexity of its tensorized Transformer (Table 2).")
+        L.append("")
+        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell |")
+        L.append("|---|---|---|---|---|")
+    else:
+        L.append("Held-out perplexity and BLEU (beam 5) after the last update, mean ± "
+                 "sample standard deviation (seeds). Paper: IWSLT'14 De-En BLEU (Table 1).")
+        L.append("")
+        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell |")
+        L.append("|---|---|---|---|---|")
+    by_key = {}
+    for key, label, _, _, pkey in vlist:
+        rs = [r for r in rows if r["key"] == key]
+        by_key[key] = rs
+        pv = paper.get(pkey) if pkey else None
+        if key == "power" and task == "lm":
+            pv_text = "%.1f (PN)" % pv
+        elif key == "power_authors":
+            pv_text = "(same PN)"
+        else:
+            pv_text = "%.1f" % pv if pv else "—"
+        times = [r["train_s"] / 60 for r in rs if math.isfinite(r["train_s"])]
+        ttext = "%.1f" % statistics.mean(times) if times else "—"
+        if task == "lm":
+            L.append("| %s | %s | %s | %s | %s |" % (
+                label, fmt_ms([r["valid_ppl"] for r in rs], 1),
+                fmt_ms([r["test_ppl"] for r in rs], 1), pv_text, ttext))
+        else:
+            L.append("| %s | %s | %s | %s | %s |" % (
+                label, fmt_ms([r["valid_ppl"] for r in rs], 2),
+                fmt_ms([r["bleu"] for r in rs], 2), pv_text, ttext))
+    L.append("")
+    metric = "test_ppl" if task == "lm" else "bleu"
+    base = [r[metric] for r in by_key.get("layer", [])]
+    notes = []
+    for key, label, _, _, _ in vlist:
+        if key == "layer":
+            continue
+        other = [r[metric] for r in by_key.get(key, [])]
+        ma, _, na = mean_sd(other)
+        mb, _, nb = mean_sd(base)
+        if ma is None or mb is None:
+            continue
+        sep = separated(other, base)
+        notes.append("%s − LN: %+.2f %s (%s)." % (
+            label, ma - mb, "test ppl" if task == "lm" else "BLEU",
+            "more than twice the standard error of the difference over seeds" if sep else
+            "within twice the standard error over seeds: not distinguishable from seed noise"
+            if sep is False else "fewer than 2 seeds: no spread to compare with"))
+    if notes:
+        L.append("Differences to LN: " + " ".join(notes))
+        L.append("")
+    L.append("Cells: `%s/table/<norm>_s<seed>/` (cmd.txt, train.log, metrics.jsonl, eval.log)." %
+             os.path.basename(a.out))
+    L.append("")
+
+    L.append("## Figure 5 analog: statistics mini-batch")
+    L.append("")
+    if ablation is None:
+        L.append("Not run (--no-ablation).")
+    elif not ablation["rows"]:
+        L.append("No finished ablation cells yet (`%s`)." % ablation["dir"])
+    else:
+        L.append("`launcher/ablate.py %s` (seed of the config): the metric after the last "
+                 "update for each norm and statistics mini-batch m at a fixed %s-token update%s." %
+                 (" ".join(ablation["args"]), ablation["update_tokens"],
+                  " (ghost statistics: one micro-batch, statistics over groups of m tokens)"
+                  if ablation["ghost"] else ""))
+        L.append("")
+        ms = sorted({int(r["mini_batch"]) for r in ablation["rows"]})
+        col = "valid_ppl" if task == "lm" else "bleu"
+        L.append("| norm | " + " | ".join("m=%d" % m for m in ms) + " |")
+        L.append("|---|" + "---|" * len(ms))
+        for norm in dict.fromkeys(r["norm"] for r in ablation["rows"]):
+            cells = {int(r["mini_batch"]): r[col] for r in ablation["rows"] if r["norm"] == norm}
+            L.append("| %s | " % norm + " | ".join(
+                ("%.2f" % float(cells[m])) if m in cells and cells[m] not in ("", None) else "—"
+                for m in ms) + " |")
+        L.append("")
+        if os.path.exists(os.path.join(ablation["dir"], "ablation.png")):
+            L.append("![Figure 5 analog](%s/ablation.png)" % os.path.relpath(ablation["dir"], a.out))
+            L.append("")
+
+    L.append("## Figures 2 to 4 analog: batch vs running statistics, gradient parts")
+    L.append("")
+    if figs.get("norm_stats"):
+        L.append("`--probe-norm-stats all` in the first seed's cells of BN, PN-V and PN "
+                 "(`launcher/plot.py`): per layer, the distance of the batch statistic to the "
+                 "running one (||stat_B − stat|| / d) and the RMS norm of the gradient part "
+                 "through the statistic (BN: g_mu, g_sigma2; PN-V and PN: g_psi2).")
+        L.append("")
+        L.append("![Figures 2-4 analog](figs/norm_stats.png)")
+        L.append("")
+        L.append("![validation perplexity](figs/valid_ppl.png)")
+    else:
+        L.append("Not drawn yet (needs the first seed's BN, PN-V and PN cells and matplotlib).")
+    L.append("")
+
+    L.append("## Figure 6 analog: singular values of the embedding matrix")
+    L.append("")
+    if spectra:
+        L.append("Singular values of `embed_tokens.weight` (tied input/output embedding) after "
+                 "training, first seed, divided by the largest; the paper reports PN's as "
+                 "better conditioned (a flatter spectrum) than LN's.")
+        L.append("")
+        L.append("| norm | sigma_max | sigma_min | sigma_max/sigma_min | sigma_max/sigma_10% |")
+        L.append("|---|---|---|---|---|")
+        for label, s in spectra.items():
+            k = max(1, len(s) // 10)
+            L.append("| %s | %.3f | %.4f | %.1f | %.2f |" % (
+                label, s[0], s[-1], s[0] / max(s[-1], 1e-30), s[0] / s[k - 1]))
+        L.append("")
+        if figs.get("spectra"):
+            L.append("![Figure 6 analog](figs/embedding_singular_values.png)")
+    else:
+        L.append("Not computed yet (needs the first seed's LN and PN checkpoints and numpy).")
+    L.append("")
+
+    L.append("## PN's validation during warmup")
+    L.append("")
+    if warm:
+        W = warm["warmup"]
+        L.append("`--pn-variant paper` (SPEC) normalizes with the batch psi_B^2 during the first "
+                 "W = %d updates while its running psi^2 is the cumulative mean of every psi_B^2 "
+                 "since initialisation (psi^2 = 1 at t = 0); validation divides by the running "
+                 "psi^2. The table gives, per PN layer of the probed first-seed cells, the mean "
+                 "over features of running psi^2 / batch psi_B^2 (the running value before the "
+                 "update, i.e. what a validation at that point uses): far below 1, validation "
+                 "multiplies that layer's output by about 1/sqrt(ratio) relative to training." % W)
+        L.append("")
+        pick = sorted({1, 2, 5, 10, W // 4, W // 2, W, W + 1, W + 5, W + 20, 2 * W} - {0})
+        for label, rows in warm["rows"].items():
+            layers = sorted({k for _, r in rows for k in r})
+            L.append("%s:" % label)
+            L.append("")
+            L.append("| update | " + " | ".join(layers) + " |")
+            L.append("|---|" + "---|" * len(layers))
+            for u in pick:
+                hit = [r for uu, r in rows if uu == u]
+                if hit:
+                    L.append("| %d | " % u + " | ".join(
+                        "%.3g" % hit[0][k] if k in hit[0] else "—" for k in layers) + " |")
+            L.append("")
+        vals = warm["valids"]
+        us = sorted({v["update"] for vs in vals.values() for v in vs})
+        if us:
+            L.append("Validation perplexity of the first seed:")
+            L.append("")
+            L.append("| norm | " + " | ".join("update %d" % u for u in us) + " |")
+            L.append("|---|" + "---|" * len(us))
+            for label, vs in vals.items():
+                by_u = {v["update"]: v.get("valid_ppl") for v in vs}
+                L.append("| %s | " % label + " | ".join(
+                    "%.4g" % by_u[u] if isinstance(by_u.get(u), (int, float)) else "—"
+                    for u in us) + " |")
+            L.append("")
+        if figs.get("warmup"):
+            L.append("![warmup](figs/pn_warmup.png)")
+            L.append("")
+    else:
+        L.append("Not measured yet (needs the first seed's probed PN cells).")
+    L.append("")
+    path = os.path.join(a.out, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return path
+
+
+def main():
+    argv, extra = split_passthrough(sys.argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--pntrain", required=True, help="path of the built pntrain")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="preset", action="store_const", const="quick",
+                   help="the 2-core preset (default)")
+    g.add_argument("--full", dest="preset", action="store_const", const="full",
+                   help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
+    p.add_argument("--task", choices=["lm", "translation"], default="lm")
+    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda passes --device cuda to pntrain (needs a pntrain with its GPU "
+                        "trainer)")
+    p.add_argument("--ranks", type=int, default=1, help="ranks per cell (mpirun -np)")
+    p.add_argument("--config", help="INI file instead of the preset's")
+    p.add_argument("--data", help="data directory instead of the preset's")
+    p.add_argument("--norms", default=None,
+                   help="Table 2 rows to run (default all: layer,batch,power_v,power,"
+                        "power_authors)")
+    p.add_argument("--ablation-norms", default=None, help="Figure 5 norms (default: preset)")
+    p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
+    p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
+    p.add_argument("--no-ablation", action="store_true", help="skip the Figure 5 analog")
+    p.add_argument("--gen-sentences", type=int, default=None,
+                   help="translation: test sentences translated for BLEU (0: all)")
+    p.add_argument("--out", default=None, help="output directory (default reproduce_<task>_<preset>)")
+    a = p.parse_args(argv)
+    a.preset = a.preset or "quick"
+    translation = a.task == "translation"
+    cfg_name, data, minis, ab_norms, gen = PRESETS[(a.task, a.preset)]
+    a.gen_sentences = gen if a.gen_sentences is None else a.gen_sentences
+    config = os.path.abspath(a.config or os.path.join(ROOT, "configs", cfg_name))
+    data = a.data or data
+    a.out = os.path.abspath(a.out or "reproduce_%s_%s" % (a.task, a.preset))
+    a.pntrain = os.path.abspath(a.pntrain)
+    try:
+        seeds = int_list(a.seeds, "--seeds")
+    except ValueError as e:
+        die(str(e))
+    if not (os.path.isfile(a.pntrain) and os.access(a.pntrain, os.X_OK)):
+        die("no pntrain executable at '%s': build it first (launcher/pn build)" % a.pntrain)
+    if not os.path.isfile(config):
+        die("no config file '%s'" % config)
+    if data and data != "builtin" and not os.path.isdir(data):
+        die("no data directory '%s' (the real corpora live in ../shared/data)" % data)
+    if a.ranks < 1:
+        die("--ranks must be positive")
+    if a.ranks > 1 and shutil.which("mpirun") is None:
+        die("--ranks %d needs mpirun (apt-get install openmpi-bin)" % a.ranks)
+    for k in ("norm", "seed", "metrics", "save-dir", "eval-only", "pn-variant",
+              "norm-prescale-groups", "probe-norm-stats"):
+        if flag_value(extra, k, None) is not None:
+            die("--%s is set per cell by the reproduction; do not pass it after --" % k)
+    if a.device == "cuda":
+        h = subprocess.run([a.pntrain, "--help"], capture_output=True, text=True).stdout
+        if "--device" not in h:
+            die("this pntrain has no --device flag (built without the GPU trainer): "
+                "use --device cpu or build the GPU path")
+    ini = read_ini(config)
+    heads = int(flag_value(extra, "encoder-attention-heads" if translation else
+                           "decoder-attention-heads",
+                           ini.get("encoder-attention-heads" if translation else
+                                   "decoder-attention-heads", "4")))
+    vlist = variants(heads)
+    if a.norms:
+        want = [n.strip() for n in a.norms.split(",") if n.strip()]
+        unknown = [n for n in want if n not in [v[0] for v in vlist]]
+        if unknown:
+            die("--norms: unknown %s (choose from %s)" % (
+                ",".join(unknown), ",".join(v[0] for v in vlist)))
+        vlist = [v for v in vlist if v[0] in want]
+    os.makedirs(os.path.join(a.out, "figs"), exist_ok=True)
+    runner = Runner(a, extra, config, data, translation)
+    t_all = time.time()
+    cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
+    print("reproduce: %d table cells (%s x seeds %s), %d updates each, config %s -> %s" % (
+        len(cells), ",".join(v[0] for v in vlist), a.seeds, runner.max_update,
+        os.path.relpath(config, ROOT), a.out), flush=True)
+    rows = []
+    for i, ((key, label, norm, flags, _), seed) in enumerate(cells, 1):
+        tag = "[%d/%d] %-14s seed %d" % (i, len(cells), key, seed)
+        rows.append(runner.table_cell(key, norm, flags, seed, probe=seed == seeds[0], tag=tag))
+        # The report grows with the cells, so an interrupted run still leaves one.
+        write_report(a, runner, rows, vlist, None, {}, None, {}, time.time() - t_all)
+
+    # Figure 5 analog: ablate.py over the preset's norms and mini-batches.
+    ablation = None
+    if not a.no_ablation:
+        ab_dir = os.path.join(a.out, "ablation")
+        ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,
+                   "--mini-batches", a.mini_batches or minis,
+                   "--update-tokens", str(a.update_tokens), "--ranks", str(a.ranks),
+                   "--config", config] + (["--data", data] if data else [])
+        if translation:
+            ab_args += ["--gen-sentences", str(a.gen_sentences)]
+        else:
+            ab_args += ["--ghost"]
+        cmd = [sys.executable, os.path.join(HERE, "ablate.py"), "--pntrain", a.pntrain,
+               "--out", ab_dir] + ab_args + (["--"] + extra if extra else [])
+        print("reproduce: Figure 5 analog: ablate.py " + " ".join(ab_args), flush=True)
+        subprocess.call(cmd)
+        import csv
+        ab_rows = []
+        csv_path = os.path.join(ab_dir, "ablation.csv")
+        if os.path.exists(csv_path):
+            with open(csv_path) as f:
+                ab_rows = list(csv.DictReader(f))
+        ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args, "ghost": not translation,
+                    "update_tokens": a.update_tokens}
+
+    # Figures 2 to 4: plot.py over the first seed's batch-type cells.
+    figs = {}
+    first = {r["key"]: r["dir"] for r in rows if r["seed"] == seeds[0]}
+    probed = [os.path.join(first[k], "metrics.jsonl") for k in
+              ("batch", "power_v", "power", "power_authors") if k in first and
+              os.path.exists(os.path.join(first[k], "metrics.jsonl"))]
+    if probed and plt_or_none() is not None:
+        subprocess.call([sys.executable, os.path.join(HERE, "plot.py")] + probed +
+                        ["--out", os.path.join(a.out, "figs")], stdout=subprocess.DEVNULL)
+        figs["norm_stats"] = os.path.exists(os.path.join(a.out, "figs", "norm_stats.png"))
+
+    # Figure 6: embedding spectra of LN and PN.
+    spectra = {}
+    try:
+        labels = {v[0]: v[1] for v in vlist}
+        spectra = embedding_spectra([(labels[k], first[k]) for k in
+                                     ("layer", "power", "power_authors", "batch")
+                                     if k in first and k in labels])
+        figs["spectra"] = draw_spectra(
+            spectra, os.path.join(a.out, "figs", "embedding_singular_values.png"))
+    except ImportError:
+        print("reproduce: numpy is missing: no Figure 6 analog (apt-get install python3-numpy)")
+
+    # PN's warmup: the probed PN cells' running-over-batch psi^2 over the first updates, and
+    # the first seed's validation perplexities.
+    warm = None
+    W = int(flag_value(extra, "warmup-updates", runner.ini.get("warmup-updates", "100")))
+    rows_w, valids_w = {}, {}
+    for key, label, _, _, _ in vlist:
+        if key not in first:
+            continue
+        r, v = warmup_probe(first[key], min(runner.max_update, 3 * W))
+        valids_w[label] = v
+        if r and key in ("power", "power_authors"):
+            rows_w[label] = r
+    if rows_w:
+        warm = {"warmup": W, "rows": rows_w, "valids": valids_w}
+        figs["warmup"] = draw_warmup(rows_w, valids_w, W,
+                                     os.path.join(a.out, "figs", "pn_warmup.png"))
+    path = write_report(a, runner, rows, vlist, ablation, spectra, warm, figs,
+                        time.time() - t_all)
+    print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t_all) / 60))
+    failed = [r for r in rows if not math.isfinite(r["valid_ppl"])]
+    if failed:
+        print("reproduce: %d cell(s) without a result: %s" % (
+            len(failed), ", ".join("%s seed %d" % (r["key"], r["seed"]) for r in failed)),
+            file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
