@@ -50,6 +50,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("warmup", po::value(&o.warmup)->default_value(o.warmup), "PN warmup iterations")
     ("pn-variant", po::value(&o.pn_variant)->default_value(o.pn_variant),
      "PN's math (power, sync_power): paper or authors")
+    ("pn-warmup-psi", po::value(&o.pn_warmup_psi)->default_value(o.pn_warmup_psi),
+     "PN's running psi^2 in warmup: cumulative or ema")
     ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
     ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
      "pre-scaling groups before batch-type norms (0: off)")

@@ -14,13 +14,15 @@ struct PnReference {
   double eps, af, ab;
   int64_t W;
   bool authors;  // --pn-variant authors
+  bool ema_state;  // the authors' running-psi^2 rule (authors, or --pn-warmup-psi ema)
   std::vector<double> psi2, nu, s;
   int64_t t = 0;
   double B = 0;  // unmasked rows of the current iteration
 
-  PnReference(int d_, double eps_, double af_, double ab_, int64_t W_, bool authors_ = false)
-      : d(d_), eps(eps_), af(af_), ab(ab_), W(W_), authors(authors_), psi2(d_, 1.0),
-        nu(d_, 0.0), s(d_) {}
+  PnReference(int d_, double eps_, double af_, double ab_, int64_t W_, bool authors_ = false,
+              bool ema_state_ = false)
+      : d(d_), eps(eps_), af(af_), ab(ab_), W(W_), authors(authors_),
+        ema_state(authors_ || ema_state_), psi2(d_, 1.0), nu(d_, 0.0), s(d_) {}
 
   static double unmasked(const std::vector<uint8_t>& m) {
     double B = 0;
@@ -51,7 +53,7 @@ struct PnReference {
       const double pb = psi2_batch(x, m, c);
       s[c] = t <= W ? std::sqrt(pb + eps) : std::sqrt(psi2[c] + eps);
       for (int r = 0; r < rows; ++r) y[r * d + c] = g[c] * x[r * d + c] / s[c] + b[c];
-      if (authors) {
+      if (ema_state) {
         if (t < W) psi2[c] = psi2[c] + (pb - psi2[c]) / double(t);
         psi2[c] = af * psi2[c] + (1 - af) * pb;
       } else {

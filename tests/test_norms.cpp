@@ -133,20 +133,23 @@ TEST(Norms, RmsAndGroupValues) {
 // boundary: iterations 1 and 2 inside it (t < W), 3 on it (t = W: batch s, but the authors'
 // state update is already the EMA alone), 4 to 6 after it.
 void check_power_against_reference(const std::string& kind, int W, const std::string& variant,
-                                   bool masked) {
-  SCOPED_TRACE(kind + " W=" + std::to_string(W) + " " + variant + (masked ? " masked" : ""));
+                                   bool masked, const std::string& warmup_psi = "cumulative") {
+  SCOPED_TRACE(kind + " W=" + std::to_string(W) + " " + variant + (masked ? " masked" : "") +
+               " warmup psi " + warmup_psi);
   const int rows = 6, d = 3;
   NormOptions o = opts(kind);
   o.warmup = W;
   o.alpha_fwd = 0.7;
   o.alpha_bkw = 0.8;
   o.pn_variant = variant;
+  o.pn_warmup_psi = warmup_psi;
   auto comm = make_single_communicator();
   ParamStore<double> s;
   auto pn = make_norm<double>(o, d, s, "pn", comm.get());
   s.allocate(1);
   randomize(s, 40);
-  test::PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W, variant == "authors");
+  test::PnReference ref(d, o.eps, o.alpha_fwd, o.alpha_bkw, W, variant == "authors",
+                        warmup_psi == "ema");
   std::vector<double> y(rows * d), yr(rows * d), dx(rows * d), dxr(rows * d), dgr(d), dbr(d);
   for (int it = 0; it < 6; ++it) {
     SCOPED_TRACE("iteration " + std::to_string(it + 1));
@@ -188,6 +191,9 @@ TEST(PowerNorm, MatchesSpecPseudoCodeAcrossWarmup) {
       check_power_against_reference("power", 0, variant, masked);
       check_power_against_reference("sync_power", 3, variant, masked);
     }
+  // The paper variant with the authors' running-psi^2 rule during warmup.
+  check_power_against_reference("power", 3, "paper", true, "ema");
+  check_power_against_reference("sync_power", 3, "paper", false, "ema");
 }
 
 // The variants give different state and dx (so the test above exercises two code paths), and
@@ -217,6 +223,9 @@ TEST(PowerNorm, VariantsDifferAndUnknownIsRefused) {
   bad.pn_variant = "fairseq";
   ParamStore<double> s;
   EXPECT_THROW(make_norm<double>(bad, d, s, "pn", nullptr), std::invalid_argument);
+  NormOptions bad_rule = opts("power");
+  bad_rule.pn_warmup_psi = "median";
+  EXPECT_THROW(make_norm<double>(bad_rule, d, s, "pn2", nullptr), std::invalid_argument);
 }
 
 // Runs `iters` masked training iterations of kind and its twin and expects identical results.

@@ -193,7 +193,12 @@ po::options_description describe(Options& o) {
     ("pn-variant", po::value(&o.pn_variant)->default_value(o.pn_variant),
      "PN (power, sync_power) as the paper writes it (paper) or as the authors' public code "
      "computes it (authors: EMA of psi^2 also in warmup, approximate backward with the batch "
-     "psi_B^2)");
+     "psi_B^2)")
+    ("pn-warmup-psi", po::value(&o.pn_warmup_psi)->default_value(o.pn_warmup_psi),
+     "PN's running psi^2 during warmup, which validation uses: cumulative (the mean of every "
+     "batch psi_B^2 since the start, SPEC) or ema (the authors' code: also the EMA in every "
+     "warmup iteration, so validation follows recent batches; --pn-variant authors always "
+     "does this)");
 
   po::options_description all;
   all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(paper);
@@ -287,6 +292,8 @@ void validate_options(const Options& o) {
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
   if (o.pn_variant != "paper" && o.pn_variant != "authors")
     fail("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
+  if (o.pn_warmup_psi != "cumulative" && o.pn_warmup_psi != "ema")
+    fail("--pn-warmup-psi '" + o.pn_warmup_psi + "' is unknown: use cumulative or ema");
   if (o.pn_eval_state != "rank0" && o.pn_eval_state != "mean")
     fail("--pn-eval-state '" + o.pn_eval_state + "' is unknown: use rank0 or mean");
   if (o.arch != "transformer_lm" && o.arch != "transformer")
@@ -331,6 +338,7 @@ NormOptions norm_options(const Options& o, const std::string& place) {
   n.alpha_fwd = o.pn_alpha_fwd;
   n.alpha_bkw = o.pn_alpha_bkw;
   n.pn_variant = o.pn_variant;
+  n.pn_warmup_psi = o.pn_warmup_psi;
   // PN's t counts statistics batches: the default warmup spans warmup_updates updates.
   n.warmup = o.pn_warmup >= 0
                  ? o.pn_warmup

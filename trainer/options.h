@@ -78,6 +78,7 @@ struct Options {
   std::string config;
   // reproduction of the paper
   std::string pn_variant = "paper";  // PN's math: paper (Algorithm 2) or authors (their code)
+  std::string pn_warmup_psi = "cumulative";  // PN's running psi^2 in warmup: cumulative | ema
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws

@@ -32,6 +32,10 @@ struct NormOptions {
   int64_t warmup = 0;        // PN warmup iterations (training forward calls)
   // PN's math: "paper" (Algorithm 2) or "authors" (their public MaskPowerNorm; SPEC section 2).
   std::string pn_variant = "paper";
+  // PN's running psi^2 during warmup: "cumulative" (SPEC: the mean of every psi_B^2 so far) or
+  // "ema" (the authors' rule: that mean strictly inside warmup, then the EMA every iteration).
+  // `authors` always uses "ema".
+  std::string pn_warmup_psi = "cumulative";
   // Ghost statistics (ghost_stats.h): a training forward splits its rows into statistics
   // groups of stats_rows rows (0: one group, the whole call), at least stats_groups of them
   // (the same count on every rank, so synchronized norms meet in every collective).

@@ -13,12 +13,16 @@ namespace pn {
 template <class T>
 PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
     : store(&s), d(dim), eps(o.eps), alpha_fwd(o.alpha_fwd), alpha_bkw(o.alpha_bkw),
-      warmup(o.warmup), authors(o.pn_variant == "authors"), running_psi2(dim, 1.0),
+      warmup(o.warmup), authors(o.pn_variant == "authors"),
+      ema_state(authors || o.pn_warmup_psi == "ema"), running_psi2(dim, 1.0),
       nu(dim, 0.0), inv_s(dim, 1.0), sum_x2(dim, 0.0), inv_s_b(dim, 1.0),
       nu_coef(dim, 0.0) {
   if (o.pn_variant != "paper" && o.pn_variant != "authors")
     throw std::invalid_argument("unknown PN variant '" + o.pn_variant + "' of norm '" + name +
                                 "': use paper or authors");
+  if (o.pn_warmup_psi != "cumulative" && o.pn_warmup_psi != "ema")
+    throw std::invalid_argument("unknown PN warmup rule '" + o.pn_warmup_psi + "' of norm '" +
+                                name + "': use cumulative or ema");
   gamma = s.add(name + ".weight", {d}, Init::Ones);
   beta = s.add(name + ".bias", {d}, Init::Zeros);
 }
@@ -40,7 +44,7 @@ void PowerNorm<T>::absorb_statistics(const double* buf, bool warm) {
     sum_x2[c] = buf[1 + c];
     const double psi2_b = sum_x2[c] / count;
     if (warm) inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
-    if (authors) {  // cumulative mean strictly inside warmup, then the EMA in every iteration
+    if (ema_state) {  // cumulative mean strictly inside warmup, then the EMA in every iteration
       if (t < double(warmup)) running_psi2[c] += (psi2_b - running_psi2[c]) / t;
       running_psi2[c] = alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
     } else {

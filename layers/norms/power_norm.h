@@ -21,6 +21,8 @@
 //        + Lambda;  dx = xh' / s_B with s_B = sqrt(psi_B^2 + eps), this iteration's batch
 //        statistic (also after warmup)
 // Its sums are the paper's (count, sum x^2, sum g xh), so sync_power reduces the same buffers.
+// pn_warmup_psi "ema" gives the paper variant the authors' running-psi^2 rule alone (the
+// first of the three places), so that validation during warmup sees recent batches.
 // `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
 // (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
 // [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
@@ -41,7 +43,8 @@ struct PowerNorm : Norm<T> {
   int d, gamma, beta;
   double eps, alpha_fwd, alpha_bkw;
   int64_t warmup;
-  bool authors = false;  // pn_variant "authors"
+  bool authors = false;   // pn_variant "authors"
+  bool ema_state = false;  // the authors' running-psi^2 rule (authors, or pn_warmup_psi "ema")
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
   std::vector<double> running_psi2, nu;
   double t = 0;  // training forward count, a double so that state() can expose it
