@@ -76,6 +76,8 @@ std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 // with NCCL (PN_HAVE_NCCL; it selects this rank's GPU by node-local rank); without NCCL the
 // plain communicator, whose device collectives exist only at one rank.
 std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv);
+// The same for a communicator already made: wrapped in the NCCL one when built with NCCL.
+std::unique_ptr<Communicator> make_device_communicator(std::unique_ptr<Communicator> host);
 // True when the environment says we run under an MPI launcher.
 bool launched_by_mpi();
 

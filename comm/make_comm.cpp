@@ -28,4 +28,12 @@ std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv) 
 #endif
 }
 
+std::unique_ptr<Communicator> make_device_communicator(std::unique_ptr<Communicator> host) {
+#ifdef PN_HAVE_NCCL
+  return make_nccl_communicator(std::move(host));
+#else
+  return host;
+#endif
+}
+
 }  // namespace pn

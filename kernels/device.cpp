@@ -4,6 +4,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -254,6 +255,22 @@ bool parse_device(const std::string& name, Device* out) {
       return true;
     }
   return false;
+}
+
+Device resolve_device(const std::string& name, bool say) {
+  Device d = Device::CPU;
+  if (name == "auto") {
+    const std::string why = cuda_unavailable_reason();
+    if (why.empty()) return Device::CUDA;
+    if (say) std::fprintf(stderr, "pntrain: --device auto: training on the CPU (%s)\n", why.c_str());
+    return Device::CPU;
+  }
+  if (!parse_device(name, &d))
+    throw std::invalid_argument("--device '" + name + "' is not one of auto, cpu, cuda, sim");
+  if (d == Device::CUDA && !cuda_unavailable_reason().empty())
+    throw std::runtime_error("--device cuda: no usable GPU (" + cuda_unavailable_reason() +
+                             "); use --device cpu, or run where nvidia-smi lists a GPU");
+  return d;
 }
 
 void set_num_threads(int n) {

@@ -67,6 +67,9 @@ std::string cuda_unavailable_reason();
 std::string device_summary();
 std::string device_name(Device d);
 bool parse_device(const std::string& name, Device* out);  // "cpu", "cuda", "sim"
+// --device: "auto" is cuda when the build has CUDA and a GPU is visible, else cpu (saying why
+// when `say`); "cuda" without a usable GPU throws the runtime's reason.
+Device resolve_device(const std::string& name, bool say);
 // Threads for this rank's OpenMP loops and GEMMs.
 void set_num_threads(int n);
 int num_threads();

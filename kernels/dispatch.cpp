@@ -400,11 +400,20 @@ void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
              warmup, d, eps, running_psi2, inv_s);
 }
 void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
-               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2) {
+               double alpha_fwd, bool authors_rule, double* running_psi2, double* inv_s,
+               double* sum_x2) {
   run<float>("pn_absorb", cpu::pn_absorb,
-             PN_CUDA(cuda::pn_absorb(stats, t, warmup, d, eps, alpha_fwd, running_psi2, inv_s,
-                                     sum_x2, s)),
-             stats, t, warmup, d, eps, alpha_fwd, running_psi2, inv_s, sum_x2);
+             PN_CUDA(cuda::pn_absorb(stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2,
+                                     inv_s, sum_x2, s)),
+             stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2, inv_s, sum_x2);
+}
+void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
+                       const double* inv_s, int d, double eps, double alpha_bkw, double* inv_s_b,
+                       double* nu_coef) {
+  run<float>("pn_authors_coeffs", cpu::pn_authors_coeffs,
+             PN_CUDA(cuda::pn_authors_coeffs(count, sum_x2, nu, inv_s, d, eps, alpha_bkw, inv_s_b,
+                                             nu_coef, s)),
+             count, sum_x2, nu, inv_s, d, eps, alpha_bkw, inv_s_b, nu_coef);
 }
 template <class T>
 void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
@@ -418,10 +427,11 @@ void mean_over_count(const double* count, const double* sums, int d, double* b) 
              PN_CUDA(cuda::mean_over_count(count, sums, d, b, s)), count, sums, d, b);
 }
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
-                  const double* inv_s, int d, double alpha_bkw, double* nu) {
+                  const double* inv_s, int d, double alpha_bkw, double lambda_coef, double* nu) {
   run<float>("pn_nu_update", cpu::pn_nu_update,
-             PN_CUDA(cuda::pn_nu_update(count, sum_x2, g_xh, inv_s, d, alpha_bkw, nu, s)), count,
-             sum_x2, g_xh, inv_s, d, alpha_bkw, nu);
+             PN_CUDA(cuda::pn_nu_update(count, sum_x2, g_xh, inv_s, d, alpha_bkw, lambda_coef, nu,
+                                        s)),
+             count, sum_x2, g_xh, inv_s, d, alpha_bkw, lambda_coef, nu);
 }
 void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
   run<float>("inverse_sqrt_eps", cpu::inverse_sqrt_eps,

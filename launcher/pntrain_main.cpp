@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
     const int threads =
         opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
     pn::set_num_threads(threads);
+    const pn::Device device = pn::resolve_device(opt.device, comm->rank() == 0);
+    if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
+    // Everything the run allocates lives on this device, on the stream of this scope.
+    pn::DeviceScope scope(device, comm->local_rank());
+    if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();
     if (opt.arch == "transformer") return run_translation(opt, *comm);
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     pn::Trainer trainer(opt, *comm, std::move(corpus));

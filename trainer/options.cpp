@@ -1,5 +1,7 @@
 #include "trainer/options.h"
 
+#include "kernels/device.h"
+
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <sstream>
@@ -107,7 +109,10 @@ po::options_description describe(Options& o) {
     ("restore-file", po::value(&o.restore_file),
      "checkpoint directory to resume from (default: the last one in --save-dir)")
     ("threads", po::value(&o.threads)->default_value(o.threads),
-     "threads per rank (0: the node's cores divided by its ranks)");
+     "threads per rank (0: the node's cores divided by its ranks)")
+    ("device", po::value(&o.device)->default_value(o.device),
+     "auto|cpu|cuda|sim: where each rank computes (auto: its node-local GPU when the build has "
+     "CUDA and one is visible, else the CPU; sim: the CPU stand-in for a GPU, for tests)");
 
   po::options_description dist("Distributed training, guards and evaluation");
   dist.add_options()
@@ -263,6 +268,9 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
 
 void validate_options(const Options& o) {
   auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
+  Device dev;
+  if (o.device != "auto" && !parse_device(o.device, &dev))
+    fail("--device '" + o.device + "' is not one of auto, cpu, cuda, sim");
   if (o.tokens_per_sample < 2) fail("--tokens-per-sample must be at least 2");
   if (o.max_tokens < o.tokens_per_sample)
     fail("--max-tokens " + std::to_string(o.max_tokens) + " is smaller than one sample (" +

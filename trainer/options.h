@@ -45,6 +45,9 @@ struct Options {
   int save_interval_updates = 0;       // 0: save only at the end (when --save-dir is given)
   int keep_last = 0;                   // 0: keep every checkpoint
   int threads = 0;  // 0: cores of the node divided by its ranks
+  // auto: cuda when built with it and a GPU is visible, else cpu; sim: the CPU stand-in for a
+  // GPU (kernels/sim_device.h), for testing the device path without one.
+  std::string device = "auto";
   // gradient all-reduce, guards, failure handling
   double bucket_mb = 4;           // overlapped all-reduce bucket size; 0: one all-reduce after
   bool log_timing = false;        // print the per-update time split

@@ -110,7 +110,12 @@ Trainer::Trainer(const Options& options, Communicator& comm, ParallelCorpus corp
 
 void Trainer::setup() {
   // Every rank initialises from the same seed; the broadcast makes identity a fact, not a hope.
-  comm_.broadcast(params().data.data(), params().data.size() * sizeof(float), 0);
+  // (Through the host: once per run.)
+  if (comm_.size() > 1) {
+    std::vector<float> host = params().data.to_host();
+    comm_.broadcast(host.data(), host.size() * sizeof(float), 0);
+    params().data.from_host(host);
+  }
   if (!opt_.probe_norm_stats.empty()) {
     std::set<std::string> chosen;
     std::stringstream list(opt_.probe_norm_stats);
@@ -139,6 +144,7 @@ void Trainer::setup() {
   }
   adam_m_.assign(params().size(), 0.0f);
   adam_v_.assign(params().size(), 0.0f);
+  update_sums_.assign(5, 0.0);
   std::string restore = opt_.restore_file;
   if (restore.empty() && !opt_.save_dir.empty()) restore = last_checkpoint(opt_.save_dir);
   if (!restore.empty()) restore_checkpoint(restore);
@@ -218,20 +224,22 @@ void Trainer::with_eval_state(const std::function<void()>& fn) {
   if (comm_.size() > 1) {
     for (Norm<float>* n : norms)
       for (const StateTensor& t : n->state()) {
-        own.emplace_back(t.data, t.data + t.n);
+        own.push_back(read_state(t));
+        std::vector<double> v = own.back();
         if (opt_.pn_eval_state == "mean") {
-          comm_.allreduce_sum(t.data, t.n);
-          for (size_t i = 0; i < t.n; ++i) t.data[i] /= comm_.size();
+          comm_.allreduce_sum(v.data(), t.n);
+          for (size_t i = 0; i < t.n; ++i) v[i] /= comm_.size();
         } else {
-          comm_.broadcast(t.data, t.n * sizeof(double), 0);
+          comm_.broadcast(v.data(), t.n * sizeof(double), 0);
         }
+        write_state(t, v.data());
       }
   }
   fn();
   size_t k = 0;
   for (Norm<float>* n : norms)
     for (const StateTensor& t : n->state())
-      if (k < own.size()) std::copy(own[k].begin(), own[k].end(), t.data), ++k;
+      if (k < own.size()) write_state(t, own[k].data()), ++k;
 }
 
 namespace {
@@ -246,6 +254,7 @@ EvalResult per_token(const double sums[3]) {
 
 EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
   double sums[3] = {0, 0, 0};
+  Buf<double> dev_sums(3, 0.0);  // read once, after the split
   with_eval_state([&] {
     SampleSet set(stream, opt_.tokens_per_sample, /*keep_tail=*/true);
     int64_t begin, end;
@@ -258,9 +267,10 @@ EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
       ids.clear();
       for (int64_t i = s; i < std::min(end, s + per_batch); ++i) ids.push_back(i);
       set.make_batch(ids, &batch);
-      const k::LossSums r = model_->evaluate(batch);
-      sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
+      model_->evaluate(batch, dev_sums.data());
     }
+    const std::vector<double> h = dev_sums.to_host();
+    std::copy(h.begin(), h.end(), sums);
   });
   comm_.allreduce_sum(sums, 3);
   return per_token(sums);
@@ -269,6 +279,7 @@ EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
 EvalResult Trainer::evaluate(const ParallelSplit& split) {
   // Length-sorted batches of --max-tokens; rank r takes a contiguous share of them.
   double sums[3] = {0, 0, 0};
+  Buf<double> dev_sums(3, 0.0);
   with_eval_state([&] {
     const auto batches = length_batches(split, opt_.max_tokens);
     int64_t begin, end;
@@ -277,9 +288,10 @@ EvalResult Trainer::evaluate(const ParallelSplit& split) {
     for (int64_t i = begin; i < end; ++i) {
       if (watchdog_) watchdog_->beat("evaluation");
       make_parallel_batch(split, batches[size_t(i)], &batch);
-      const k::LossSums r = mt_->evaluate(batch);
-      sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
+      mt_->evaluate(batch, dev_sums.data());
     }
+    const std::vector<double> h = dev_sums.to_host();
+    std::copy(h.begin(), h.end(), sums);
   });
   comm_.allreduce_sum(sums, 3);
   return per_token(sums);
@@ -296,6 +308,9 @@ GenerateResult Trainer::generate(const ParallelSplit& split, const GenerateOptio
   out.first = begin;
   const std::vector<std::vector<int32_t>> srcs(split.src.begin() + begin,
                                                split.src.begin() + end);
+  if (current_device() != Device::CPU)
+    throw std::runtime_error("beam search runs on the CPU only so far: evaluate BLEU with "
+                             "--device cpu (the checkpoint is device-independent)");
   std::vector<Hypothesis> hyps;
   with_eval_state([&] { hyps = beam_search(*mt_, srcs, g); });
   const Vocabulary& tv = parallel_.tgt_vocab;
@@ -373,8 +388,9 @@ void Trainer::check_consistency(int64_t update) {
   // against rank 0's; the first differing tensor is named.
   const auto& specs = params().specs;
   std::vector<double> mine(specs.size()), ref;
+  const std::vector<float> values = params().data.to_host();
   for (size_t i = 0; i < specs.size(); ++i) {
-    const uint32_t* bits = reinterpret_cast<const uint32_t*>(params().p(int(i)));
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(values.data() + specs[i].offset);
     uint64_t sum = 0;
     for (size_t j = 0; j < specs[i].numel; ++j) sum += bits[j] * (j % 65521 + 1);
     mine[i] = double(sum % (uint64_t(1) << 52));
@@ -403,7 +419,8 @@ TrainResult Trainer::train() {
   // The task's half of the loop: micro_step runs this rank's share of one micro-batch of an
   // update through the model (forward and backward); epoch_of places an update in the data.
   using GradsReady = std::function<void(size_t)>;
-  std::function<k::LossSums(int64_t, int, uint64_t, const GradsReady&)> micro_step;
+  // micro_step adds its loss sums to update_sums_[0..2] on the device.
+  std::function<void(int64_t, int, uint64_t, const GradsReady&)> micro_step;
   std::function<double(int64_t)> epoch_of;
   std::unique_ptr<SampleSet> train_set;
   std::unique_ptr<SampleOrder> order;
@@ -424,7 +441,7 @@ TrainResult Trainer::train() {
       const auto& ub = update_batches[size_t(order->sample(update))];
       make_parallel_batch(parallel_.train,
                           batch_piece(ub, micro * R + rank, opt_.update_freq * R), &pbatch);
-      return mt_->forward_backward(pbatch, 1.0f, dseed, ready);
+      mt_->forward_backward(pbatch, 1.0f, dseed, update_sums_.data(), ready);
     };
   } else {
     train_set = std::make_unique<SampleSet>(corpus_.train, opt_.tokens_per_sample,
@@ -447,7 +464,7 @@ TrainResult Trainer::train() {
       ids.clear();
       for (int64_t p : positions) ids.push_back(order->sample(p));
       train_set->make_batch(ids, &batch);
-      return model_->forward_backward(batch, 1.0f, dseed, ready);
+      model_->forward_backward(batch, 1.0f, dseed, update_sums_.data(), ready);
     };
   }
   auto& params = this->params();
@@ -472,51 +489,58 @@ TrainResult Trainer::train() {
       }
       if (fault.kind == "hang")
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-      if (fault.kind == "perturb") params.data[params.specs.back().offset] += 1.0f;
+      if (fault.kind == "perturb") {
+        float* at = params.data.data() + params.specs.back().offset;
+        float v;
+        copy_to_host(&v, at, sizeof v);
+        synchronize();
+        v += 1.0f;
+        copy_to_device(at, &v, sizeof v);
+      }
     }
     const double t0 = now_s();
     const double comm0 = comm_.collective_seconds;
     double fwd_s = 0, bwd_s = 0;
     k::fill<float>(params.grad.data(), nparam, 0.0f);
-    double sums[3] = {0, 0, 0};  // loss, nll, target tokens of this rank
+    k::fill<double>(update_sums_.data(), update_sums_.size(), 0.0);
     for (int micro = 0; micro < opt_.update_freq; ++micro) {
       if (watchdog_) watchdog_->beat("a training micro-step");
       const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
       // Gradients are reduced once per update: buckets start during the last backward.
       const bool last_micro = micro + 1 == opt_.update_freq;
       const bool overlap = last_micro && R > 1 && opt_.bucket_mb > 0;
-      const k::LossSums r = micro_step(
-          update, micro, dseed, overlap ? GradsReady([&](size_t begin) {
-            for (Bucket& bk : buckets_) {
-              if (bk.request < 0 && bk.begin >= begin)
-                bk.request = comm_.iallreduce_sum(params.grad.data() + bk.begin,
-                                                  bk.end - bk.begin);
-              else if (bk.request >= 0)
-                comm_.test(bk.request);  // MPI progresses inside MPI calls
-            }
-          })
-                                      : nullptr);
+      micro_step(update, micro, dseed,
+                 overlap ? GradsReady([&](size_t begin) {
+                   for (Bucket& bk : buckets_) {
+                     if (bk.request < 0 && bk.begin >= begin)
+                       start_gradient_allreduce(bk);
+                     else if (bk.request >= 0 && current_device() == Device::CPU)
+                       comm_.test(bk.request);  // MPI progresses inside MPI calls
+                   }
+                 })
+                         : nullptr);
       fwd_s += mt_ ? mt_->forward_s : model_->forward_s;
       bwd_s += mt_ ? mt_->backward_s : model_->backward_s;
-      sums[0] += r.loss, sums[1] += r.nll, sums[2] += r.ntokens;
     }
-    if (fault.kind == "nan" && fault.update == update + 1) sums[0] = sums[1] = NAN;
     if (watchdog_) watchdog_->beat("the gradient all-reduce");
     const double stats_comm_s = comm_.collective_seconds - comm0;
     const double comm1 = comm_.collective_seconds;
-    if (R > 1 && opt_.bucket_mb > 0) {
-      for (Bucket& bk : buckets_) comm_.wait(bk.request), bk.request = -1;
-    } else {
-      comm_.allreduce_sum(params.grad.data(), nparam);
+    if (R > 1) {
+      if (!(opt_.bucket_mb > 0)) start_gradient_allreduce(buckets_.front());  // one bucket
+      finish_gradient_allreduce();
     }
+    // One pass over the reduced gradient gives both the NaN/Inf guard and the norm for
+    // clipping; then the host reads the update's five sums, its one read of the device.
+    k::grad_stats_acc<float>(params.grad.data(), nparam, update_sums_.data() + 3);
+    const std::vector<double> host_sums = update_sums_.to_host();
+    double sums[3] = {host_sums[0], host_sums[1], host_sums[2]};
+    if (fault.kind == "nan" && fault.update == update + 1) sums[0] = sums[1] = NAN;
     comm_.allreduce_sum(sums, 3);
     const double grad_comm_s = comm_.collective_seconds - comm1;
     const double ntok = sums[2];
     const double loss = sums[0] / ntok, nll = sums[1] / ntok;
     const double t_opt = now_s();
-    // One pass gives both the NaN/Inf guard and the norm for clipping: a float gradient's
-    // squares cannot overflow a double, so the sum is finite exactly when every entry is.
-    const double grad_sumsq = k::sum_squares<float>(params.grad.data(), nparam);
+    const double grad_sumsq = host_sums[4] > 0 ? NAN : host_sums[3];
     if (!std::isfinite(loss) || !std::isfinite(grad_sumsq)) {
       // Skip: no parameter, optimizer or schedule change; give up after a run of them.
       ++bad_in_row;
@@ -630,6 +654,37 @@ TrainResult Trainer::train() {
   return result;
 }
 
+void Trainer::start_gradient_allreduce(Bucket& bk) {
+  float* g = params().grad.data() + bk.begin;
+  const size_t n = bk.end - bk.begin;
+  const Context& ctx = current_context();
+  if (ctx.device == Device::CPU) {
+    bk.request = comm_.iallreduce_sum(g, n);
+  } else if (ctx.device == Device::CUDA && comm_.device_collectives()) {
+    bk.request = comm_.iallreduce_sum_device(g, n, ctx.stream);  // its own stream, after this one
+  } else {  // staged through the host, blocking
+    std::vector<float> host(n);
+    copy_to_host(host.data(), g, n * sizeof(float));
+    synchronize();
+    comm_.allreduce_sum(host.data(), n);
+    copy_to_device(g, host.data(), n * sizeof(float));
+    bk.request = -2;  // done
+  }
+}
+
+void Trainer::finish_gradient_allreduce() {
+  const Context& ctx = current_context();
+  for (Bucket& bk : buckets_) {
+    if (bk.request >= 0) {
+      if (ctx.device == Device::CPU)
+        comm_.wait(bk.request);
+      else
+        comm_.wait_device(bk.request, ctx.stream);  // later work on the stream waits for it
+    }
+    bk.request = -1;
+  }
+}
+
 namespace {
 // The model shape a checkpoint must match: every parameter's name and shape.
 nlohmann::json param_table(const ParamStore<float>& p) {
@@ -667,8 +722,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
     for (size_t l = 0; l < norms.size(); ++l)
       for (const StateTensor& t : norms[l]->state()) {
         tensors.push_back({{"layer", l}, {"name", t.name}, {"n", t.n}});
-        const char* b = reinterpret_cast<const char*>(t.data);
-        rank_file.payload.insert(rank_file.payload.end(), b, b + t.n * sizeof(double));
+        append(&rank_file.payload, read_state(t));
       }
     rank_file.header["state"] = tensors;
     write_checkpoint_file(dir + "/rank" + std::to_string(comm_.rank()) + ".bin", rank_file);
@@ -682,9 +736,9 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
                            {"params", param_table(params())}};
       model_file.payload.reserve(3 * params().size() * sizeof(float));
-      append(&model_file.payload, params().data);
-      append(&model_file.payload, adam_m_);
-      append(&model_file.payload, adam_v_);
+      append(&model_file.payload, params().data.to_host());
+      append(&model_file.payload, adam_m_.to_host());
+      append(&model_file.payload, adam_v_.to_host());
       write_checkpoint_file(dir + "/model.bin", model_file);
     }
   } catch (const std::exception& e) {
@@ -736,9 +790,10 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   const size_t n = params().size();
   if (m.payload.size() != 3 * n * sizeof(float))
     throw std::runtime_error("checkpoint '" + dir + "/model.bin' has the wrong payload size");
-  std::memcpy(params().data.data(), m.payload.data(), n * sizeof(float));
-  std::memcpy(adam_m_.data(), m.payload.data() + n * sizeof(float), n * sizeof(float));
-  std::memcpy(adam_v_.data(), m.payload.data() + 2 * n * sizeof(float), n * sizeof(float));
+  const float* saved = reinterpret_cast<const float*>(m.payload.data());
+  params().data.from_host(saved, n);
+  adam_m_.from_host(saved + n, n);
+  adam_v_.from_host(saved + 2 * n, n);
   start_update_ = m.header.at("update").get<int64_t>();
   restored_ = true;
   const int saved_world = m.header.at("world_size").get<int>();
@@ -773,9 +828,11 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   size_t k = 0;
   for (size_t l = 0; l < norms.size(); ++l)
     for (const StateTensor& t : norms[l]->state()) {
-      for (size_t i = 0; i < t.n; ++i) t.data[i] = sum[k][i] / double(sources.size());
+      for (size_t i = 0; i < t.n; ++i) sum[k][i] /= double(sources.size());
+      write_state(t, sum[k].data());
       ++k;
     }
+  synchronize();  // the payloads go out of scope
   if (comm_.rank() == 0) LOG(INFO) << "restored " << dir << " at update " << start_update_;
 }
 

@@ -7,6 +7,7 @@
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
+#include "kernels/buffer.h"
 #include "model/lm.h"
 #include "model/translation.h"
 #include "trainer/beam_search.h"
@@ -80,7 +81,11 @@ class Trainer {
   ParallelCorpus parallel_;
   std::unique_ptr<LanguageModel<float>> model_;   // --arch transformer_lm
   std::unique_ptr<TranslationModel<float>> mt_;   // --arch transformer
-  std::vector<float> adam_m_, adam_v_;
+  Buf<float> adam_m_, adam_v_;
+  // One small block of the device that the host reads once per update: the loss sums
+  // {loss, nll, ntokens} of this rank's micro-steps, then {sum g^2, non-finite count} of the
+  // reduced gradient.
+  Buf<double> update_sums_;
   std::ofstream metrics_;
   int64_t start_update_ = 0;
   bool restored_ = false;
@@ -89,6 +94,11 @@ class Trainer {
     Communicator::Request request;  // -1: not started in this update
   };
   std::vector<Bucket> buckets_;
+  // Sums the gradient range [begin, end) over every rank: MPI on the host, NCCL on a GPU, or
+  // staged through the host (ranks sharing a GPU, the stand-in device). Non-blocking where the
+  // communicator allows it; finish_gradient_allreduce waits for every range started.
+  void start_gradient_allreduce(Bucket& bucket);
+  void finish_gradient_allreduce();
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::pair<std::string, Norm<float>*>> probed_;  // --probe-norm-stats layers
 };

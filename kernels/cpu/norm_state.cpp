@@ -91,7 +91,8 @@ void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
 }
 
 void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
-               double alpha_fwd, double* running_psi2, double* inv_s, double* sum_x2) {
+               double alpha_fwd, bool authors_rule, double* running_psi2, double* inv_s,
+               double* sum_x2) {
   const double count = stats[0];
   if (!(count > 0)) {
     inverse_sqrt_eps(running_psi2, d, eps, inv_s);
@@ -103,10 +104,25 @@ void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps
     sum_x2[c] = stats[1 + c];
     const double psi2_b = sum_x2[c] / count;
     if (warm) inv_s[c] = 1.0 / std::sqrt(psi2_b + eps);
-    running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t1
-                           : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    if (authors_rule) {
+      if (t1 < double(warmup)) running_psi2[c] += (psi2_b - running_psi2[c]) / t1;
+      running_psi2[c] = alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    } else {
+      running_psi2[c] = warm ? running_psi2[c] + (psi2_b - running_psi2[c]) / t1
+                             : alpha_fwd * running_psi2[c] + (1 - alpha_fwd) * psi2_b;
+    }
   }
   *t = t1;
+}
+
+void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
+                       const double* inv_s, int d, double eps, double alpha_bkw, double* inv_s_b,
+                       double* nu_coef) {
+  const double n = *count;
+  for (int c = 0; c < d; ++c) {
+    inv_s_b[c] = 1.0 / std::sqrt((n > 0 ? sum_x2[c] / n : 0.0) + eps);
+    nu_coef[c] = (1 - alpha_bkw) * nu[c] * inv_s[c] / inv_s_b[c];
+  }
 }
 
 template <class T>
@@ -131,13 +147,13 @@ void mean_over_count(const double* count, const double* sums, int d, double* b) 
 }
 
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
-                  const double* inv_s, int d, double alpha_bkw, double* nu) {
+                  const double* inv_s, int d, double alpha_bkw, double lambda_coef, double* nu) {
   const double n = *count;
   if (!(n > 0)) return;
   for (int c = 0; c < d; ++c) {
     const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / n;
     const double Lambda = g_xh[c] / n;
-    nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + (1 - alpha_bkw) * Lambda;
+    nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + lambda_coef * Lambda;
   }
 }
 

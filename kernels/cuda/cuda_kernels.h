@@ -172,15 +172,21 @@ void power_v_absorb(const double* stats, int d, double eps, double alpha, double
 void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
                       const double* running_psi2, double* inv_s, cudaStream_t s);
 void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps, double alpha_fwd,
-               double* running_psi2, double* inv_s, double* sum_x2, cudaStream_t s);
+               bool authors_rule, double* running_psi2, double* inv_s, double* sum_x2,
+               cudaStream_t s);
+// --pn-variant authors: the backward's batch scale and nu term (kernels/ops.inc).
+void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
+                       const double* inv_s, int d, double eps, double alpha_bkw, double* inv_s_b,
+                       double* nu_coef, cudaStream_t s);
 // power_v and PN backward sums (psi_common.h): sums = [sum dy | sum dy x] of this rank;
 // dgamma += dy xh, dbeta += dy, g_xh = gamma * sum dy xh (then all-reduced).
 void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
                      const float* gamma, float* dgamma, float* dbeta, double* g_xh, cudaStream_t s);
 void mean_over_count(const double* count, const double* sums, int d, double* b, cudaStream_t s);
-// PN: nu <- nu (1 - (1-alpha_bkw) Gamma) + (1-alpha_bkw) Lambda, after dx used the old nu.
+// PN: nu <- nu (1 - (1-alpha_bkw) Gamma) + lambda_coef Lambda, after dx used the old nu.
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
-                  const double* inv_s, int d, double alpha_bkw, double* nu, cudaStream_t s);
+                  const double* inv_s, int d, double alpha_bkw, double lambda_coef, double* nu,
+                  cudaStream_t s);
 
 
 // ---- fused passes, device-resident sums, double vectors (twins of kernels/ops.inc) -----------

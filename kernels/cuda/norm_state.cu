@@ -83,8 +83,8 @@ __global__ void pn_forward_scale_kernel(const double* t, int64_t warmup, int d, 
 // PN absorb (t not yet incremented; pn_step_kernel does it after): warm iterations take s from
 // the batch and the cumulative mean, later ones the moving average. Empty set: inference s.
 __global__ void pn_absorb_kernel(const double* stats, const double* t, int64_t warmup, int d,
-                                 double eps, double alpha_fwd, double* psi2, double* inv_s,
-                                 double* sum_x2) {
+                                 double eps, double alpha_fwd, bool authors_rule, double* psi2,
+                                 double* inv_s, double* sum_x2) {
   PN_COLUMN_INDEX(c, d);
   const double count = stats[0];
   if (!(count > 0)) {
@@ -96,8 +96,23 @@ __global__ void pn_absorb_kernel(const double* stats, const double* t, int64_t w
   sum_x2[c] = stats[1 + c];
   const double psi2_b = sum_x2[c] / count;
   if (warm) inv_s[c] = 1.0 / sqrt(psi2_b + eps);
-  psi2[c] =
-      warm ? psi2[c] + (psi2_b - psi2[c]) / t1 : alpha_fwd * psi2[c] + (1 - alpha_fwd) * psi2_b;
+  if (authors_rule) {  // cumulative mean strictly inside warmup, then the average in every iteration
+    if (t1 < double(warmup)) psi2[c] += (psi2_b - psi2[c]) / t1;
+    psi2[c] = alpha_fwd * psi2[c] + (1 - alpha_fwd) * psi2_b;
+  } else {
+    psi2[c] =
+        warm ? psi2[c] + (psi2_b - psi2[c]) / t1 : alpha_fwd * psi2[c] + (1 - alpha_fwd) * psi2_b;
+  }
+}
+
+// The authors' backward scale from this iteration's batch, and the nu term in kernel form.
+__global__ void pn_authors_coeffs_kernel(const double* count, const double* sum_x2,
+                                         const double* nu, const double* inv_s, int d, double eps,
+                                         double alpha_bkw, double* inv_s_b, double* nu_coef) {
+  PN_COLUMN_INDEX(c, d);
+  const double n = *count;
+  inv_s_b[c] = 1.0 / sqrt((n > 0 ? sum_x2[c] / n : 0.0) + eps);
+  nu_coef[c] = (1 - alpha_bkw) * nu[c] * inv_s[c] / inv_s_b[c];
 }
 __global__ void pn_step_kernel(const double* stats, double* t) {
   if (stats[0] > 0) *t += 1;
@@ -128,13 +143,14 @@ __global__ void mean_over_count_kernel(const double* count, const double* sums, 
 // PN backward, after dx was formed with the old nu: Gamma = mean_S xh^2, Lambda = mean_S g xh,
 // nu <- nu (1 - (1 - alpha_bkw) Gamma) + (1 - alpha_bkw) Lambda.
 __global__ void pn_nu_kernel(const double* count, const double* sum_x2, const double* g_xh,
-                             const double* inv_s, int d, double alpha_bkw, double* nu) {
+                             const double* inv_s, int d, double alpha_bkw, double lambda_coef,
+                             double* nu) {
   PN_COLUMN_INDEX(c, d);
   const double n = *count;
   if (!(n > 0)) return;
   const double Gamma = sum_x2[c] * inv_s[c] * inv_s[c] / n;
   const double Lambda = g_xh[c] / n;
-  nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + (1 - alpha_bkw) * Lambda;
+  nu[c] = nu[c] * (1 - (1 - alpha_bkw) * Gamma) + lambda_coef * Lambda;
 }
 
 }  // namespace
@@ -169,9 +185,10 @@ void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
   PN_COLUMN_LAUNCH(pn_forward_scale_kernel, d, s, t, warmup, d, eps, running_psi2, inv_s);
 }
 void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps, double alpha_fwd,
-               double* running_psi2, double* inv_s, double* sum_x2, cudaStream_t s) {
+               bool authors_rule, double* running_psi2, double* inv_s, double* sum_x2,
+               cudaStream_t s) {
   if (d <= 0) return;
-  pn_absorb_kernel<<<col_grid(d), kThreads, 0, s>>>(stats, t, warmup, d, eps, alpha_fwd,
+  pn_absorb_kernel<<<col_grid(d), kThreads, 0, s>>>(stats, t, warmup, d, eps, alpha_fwd, authors_rule,
                                                     running_psi2, inv_s, sum_x2);
   PN_LAUNCHED();
   pn_step_kernel<<<1, 1, 0, s>>>(stats, t);
@@ -186,8 +203,15 @@ void mean_over_count(const double* count, const double* sums, int d, double* b, 
   PN_COLUMN_LAUNCH(mean_over_count_kernel, d, s, count, sums, d, b);
 }
 void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
-                  const double* inv_s, int d, double alpha_bkw, double* nu, cudaStream_t s) {
-  PN_COLUMN_LAUNCH(pn_nu_kernel, d, s, count, sum_x2, g_xh, inv_s, d, alpha_bkw, nu);
+                  const double* inv_s, int d, double alpha_bkw, double lambda_coef, double* nu,
+                  cudaStream_t s) {
+  PN_COLUMN_LAUNCH(pn_nu_kernel, d, s, count, sum_x2, g_xh, inv_s, d, alpha_bkw, lambda_coef, nu);
+}
+void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
+                       const double* inv_s, int d, double eps, double alpha_bkw, double* inv_s_b,
+                       double* nu_coef, cudaStream_t s) {
+  PN_COLUMN_LAUNCH(pn_authors_coeffs_kernel, d, s, count, sum_x2, nu, inv_s, d, eps, alpha_bkw,
+                   inv_s_b, nu_coef);
 }
 
 }  // namespace pn::cuda

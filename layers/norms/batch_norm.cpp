@@ -1,10 +1,8 @@
 #include "layers/norms/batch_norm.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/kernels.h"
-#include "kernels/norm_kernels.h"
 #include "layers/norms/probe.h"
 
 namespace pn {
@@ -12,84 +10,57 @@ namespace pn {
 template <class T>
 BatchNorm<T>::BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
     : store(&s), d(dim), eps(o.eps), alpha(o.alpha), running_mean(dim, 0.0),
-      running_var(dim, 1.0), mean(dim, 0.0), rstd(dim, 1.0) {
+      running_var(dim, 1.0), stats(1 + 2 * size_t(dim), 0.0), mean(dim, 0.0), rstd(dim, 1.0),
+      sums(2 * size_t(dim), 0.0), a(dim, 0.0), b(dim, 0.0) {
   gamma = s.add(name + ".weight", {d}, Init::Ones);
   beta = s.add(name + ".bias", {d}, Init::Zeros);
 }
 
 template <class T>
 void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
-  count = 0;
-  if (training) {
-    // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
-    // Per-thread scratch reused across calls (no heap allocation once warm).
-    static thread_local std::vector<double> buf, var_b;
-    buf.assign(1 + 2 * size_t(d), 0.0);
-    k::column_stats<T>(x, mask, rows, d, running_mean.data(), &buf[0], &buf[1], &buf[1 + d]);
-    reduce(buf.data(), buf.size());
-    count = buf[0];
-    if (count > 0) {
-      var_b.resize(d);
-      if (this->probe) this->probe_values = {{"dist_mean", 0.0}, {"dist_var", 0.0}};
-      for (int c = 0; c < d; ++c) {
-        const double m1 = buf[1 + c] / count;
-        const double var = std::max(0.0, buf[1 + d + c] / count - m1 * m1);
-        mean[c] = running_mean[c] + m1;
-        rstd[c] = 1.0 / std::sqrt(var + eps);
-        var_b[c] = var;
-      }
-      if (this->probe) {
-        this->probe_values[0].second = probe_distance(mean.data(), running_mean.data(), d);
-        this->probe_values[1].second = probe_distance(var_b.data(), running_var.data(), d);
-      }
-      for (int c = 0; c < d; ++c) {
-        running_mean[c] = alpha * running_mean[c] + (1 - alpha) * mean[c];
-        running_var[c] = alpha * running_var[c] + (1 - alpha) * var_b[c];
-      }
-      k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma),
-                          store->p(beta), y);
-      return;
-    }
+  if (!training) {
+    scratch.resize(d);
+    k::inverse_sqrt_eps(running_var.data(), d, eps, scratch.data());
+    k::column_affine<T>(x, rows, d, running_mean.data(), scratch.data(), store->p(gamma),
+                        store->p(beta), y);
+    return;
   }
-  static thread_local std::vector<double> inv;
-  inv.resize(d);
-  for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(running_var[c] + eps);
-  k::column_affine<T>(x, rows, d, running_mean.data(), inv.data(), store->p(gamma),
-                      store->p(beta), y);
+  // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
+  k::column_stats<T>(x, mask, rows, d, running_mean.data(), stats.data(), stats.data() + 1,
+                     stats.data() + 1 + d);
+  if (comm) allreduce_stats(*comm, stats.data(), stats.size());
+  // The probe compares the batch statistics with the running ones of before this update.
+  std::vector<double> rm0, rv0;
+  if (this->probe) rm0 = host_copy(running_mean.data(), d), rv0 = host_copy(running_var.data(), d);
+  scratch.resize(d);
+  // An empty set takes the inference formula (mean = rm, rstd from rv) and keeps the state.
+  k::batch_absorb(stats.data(), d, eps, alpha, running_mean.data(), running_var.data(),
+                  mean.data(), rstd.data(), scratch.data());
+  if (this->probe && host_copy(stats.data(), 1)[0] > 0) {
+    const std::vector<double> m = host_copy(mean.data(), d), v = host_copy(scratch.data(), d);
+    this->probe_values = {{"dist_mean", probe_distance(m.data(), rm0.data(), d)},
+                          {"dist_var", probe_distance(v.data(), rv0.data(), d)}};
+  }
+  k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma), store->p(beta), y);
 }
 
 template <class T>
 void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
-  // [sum dy | sum dy (x - mu_B)], local parameter gradients taken before the reduction.
-  // Per-thread scratch reused across calls (no heap allocation once warm).
-  static thread_local std::vector<double> buf, a, b;
-  buf.assign(2 * size_t(d), 0.0);
-  if (count > 0) {
-    k::column_dot<T>(dy, x, mask, rows, d, mean.data(), &buf[0], &buf[d]);
-    T* dg = store->g(gamma);
-    T* db = store->g(beta);
-    for (int c = 0; c < d; ++c) {
-      dg[c] += T(buf[d + c] * rstd[c]);
-      db[c] += T(buf[c]);
-    }
-  }
-  reduce(buf.data(), buf.size());  // every rank joins, even with no rows
-  if (count <= 0) {
-    k::fill<T>(dx, size_t(rows) * d, T(0));
-    return;
-  }
+  // [sum dy | sum dy (x - mu_B)], local parameter gradients taken before the reduction; every
+  // rank joins the all-reduce, even with no rows.
+  const double* count = stats.data();
+  k::column_dot<T>(dy, x, mask, rows, d, mean.data(), sums.data(), sums.data() + d);
+  k::batch_param_grads<T>(count, sums.data(), d, rstd.data(), store->g(gamma), store->g(beta));
+  if (comm) allreduce_stats(*comm, sums.data(), sums.size());
   const T* gm = store->p(gamma);
-  a.resize(d);
-  b.resize(d);
-  for (int c = 0; c < d; ++c) {
-    a[c] = double(gm[c]) * buf[c] / count;                // mean_S g
-    b[c] = double(gm[c]) * buf[d + c] * rstd[c] / count;  // mean_S g xh
-  }
+  // a = mean_S g, b = mean_S g xh (0 for an empty set, whose rows are all masked: dx = 0).
+  k::batch_backward_coeffs<T>(count, sums.data(), d, gm, rstd.data(), a.data(), b.data());
   k::column_norm_backward<T>(x, dy, mask, rows, d, mean.data(), rstd.data(), gm, a.data(),
                              b.data(), dx);
   if (this->probe) {  // g_mu = rstd * mean g (the same for every row); g_sigma2 = rstd * b * xh
+    const std::vector<double> r = host_copy(rstd.data(), d), av = host_copy(a.data(), d);
     double g_mu = 0;
-    for (int c = 0; c < d; ++c) g_mu += (rstd[c] * a[c]) * (rstd[c] * a[c]);
+    for (int c = 0; c < d; ++c) g_mu += (r[c] * av[c]) * (r[c] * av[c]);
     this->probe_values.emplace_back("g_mu", std::sqrt(g_mu));
     this->probe_values.emplace_back(
         "g_sigma2", probe_xh_part(x, mask, rows, d, mean.data(), rstd.data(), b.data(), count));
@@ -98,18 +69,17 @@ void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
 
 template <class T>
 std::vector<StateTensor> BatchNorm<T>::state() {
-  return {{"running_mean", running_mean.data(), running_mean.size()},
-          {"running_var", running_var.data(), running_var.size()}};
+  return {state_of("running_mean", running_mean), state_of("running_var", running_var)};
 }
 
 template <class T>
-void BatchNorm<T>::save_forward(std::vector<double>* saved) {
-  pack_forward(saved, count, {&mean, &rstd});
+void BatchNorm<T>::save_forward(Buf<double>* saved) {
+  pack_forward(saved, {&stats, &mean, &rstd});
 }
 
 template <class T>
-void BatchNorm<T>::load_forward(const std::vector<double>& saved) {
-  unpack_forward(saved, &count, {&mean, &rstd});
+void BatchNorm<T>::load_forward(const Buf<double>& saved) {
+  unpack_forward(saved, {&stats, &mean, &rstd});
 }
 
 template struct BatchNorm<float>;

@@ -14,7 +14,6 @@
 // [count, sum(x - shift), sum (x - shift)^2] and the backward [sum dy, sum dy (x - mu_B)] in
 // one buffer each, so every rank counts with its own number of tokens.
 #pragma once
-#include <vector>
 
 #include "layers/norms/norm.h"
 
@@ -26,22 +25,18 @@ struct BatchNorm : Norm<T> {
   int d, gamma, beta;
   double eps, alpha;
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
-  std::vector<double> running_mean, running_var;
-  // Saved by the training forward for backward.
-  std::vector<double> mean, rstd;
-  double count = 0;  // B, over all ranks when synchronized
+  Buf<double> running_mean, running_var;
+  // Saved by the training forward for backward: [count | sum (x - rm) | sum (x - rm)^2] (all
+  // ranks), mu_B and rstd.
+  Buf<double> stats, mean, rstd;
+  Buf<double> sums, a, b, scratch;  // backward and inference scratch
 
   BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
-  void save_forward(std::vector<double>* saved) override;
-  void load_forward(const std::vector<double>& saved) override;
-
- protected:
-  void reduce(double* buf, size_t n) {
-    if (comm) comm->allreduce_sum(buf, n);
-  }
+  void save_forward(Buf<double>* saved) override;
+  void load_forward(const Buf<double>& saved) override;
 };
 
 }  // namespace pn

@@ -20,7 +20,7 @@ template <class T>
 struct GhostStats final : Norm<T> {
   std::unique_ptr<Norm<T>> inner;
   int d, group_rows, min_groups;
-  std::vector<std::vector<double>> saved;  // per group: what its forward left for backward
+  std::vector<Buf<double>> saved;  // per group: what its forward left for backward
 
   GhostStats(std::unique_ptr<Norm<T>> inner, const NormOptions& o, int dim);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/buffer.h"
 #include "layers/params.h"
 
 namespace pn {
@@ -43,12 +44,45 @@ struct NormOptions {
   int stats_groups = 1;
 };
 
-// One named piece of running state, viewed as doubles owned by the layer.
+// One named piece of running state, viewed as doubles owned by the layer, in memory of `device`
+// (read and written from the host with read_state/write_state).
 struct StateTensor {
   std::string name;  // running_mean, running_var, running_psi2, nu, t
   double* data;
   size_t n;
+  Device device = Device::CPU;
 };
+inline StateTensor state_of(const std::string& name, Buf<double>& b) {
+  return {name, b.data(), b.size(), b.device()};
+}
+// Host copies of a state tensor (explicit copies on a device; wait for the read).
+inline std::vector<double> read_state(const StateTensor& t) {
+  std::vector<double> v(t.n);
+  if (t.device == Device::CPU) return std::vector<double>(t.data, t.data + t.n);
+  copy_to_host(v.data(), t.data, t.n * sizeof(double));
+  synchronize();
+  return v;
+}
+inline void write_state(const StateTensor& t, const double* values) {
+  if (t.device == Device::CPU) return void(std::copy(values, values + t.n, t.data));
+  copy_to_device(t.data, values, t.n * sizeof(double));
+}
+
+// Sums a layer's statistics (memory of the current device) over every rank, in stream order:
+// through MPI on the CPU, through the communicator's device collectives (NCCL on the compute
+// stream) on a GPU, and staged through the host where it has none (ranks sharing one GPU, the
+// stand-in device).
+inline void allreduce_stats(Communicator& comm, double* buf, size_t n) {
+  const Context& ctx = current_context();
+  if (ctx.device == Device::CPU) return comm.allreduce_sum(buf, n);
+  if (ctx.device == Device::CUDA && comm.device_collectives())
+    return comm.allreduce_sum_device(buf, n, ctx.stream);
+  std::vector<double> host(n);
+  copy_to_host(host.data(), buf, n * sizeof(double));
+  synchronize();
+  comm.allreduce_sum(host.data(), n);
+  copy_to_device(buf, host.data(), n * sizeof(double));
+}
 
 template <class T>
 struct Norm {
@@ -60,10 +94,10 @@ struct Norm {
   virtual std::vector<StateTensor> state() { return {}; }
   // True when the layer all-reduces statistics (every rank must call forward/backward).
   virtual bool synchronized() const { return false; }
-  // What a training forward leaves for its backward, copied out and back in, so that ghost
-  // statistics can run several groups forward before their backwards (batch-type norms).
-  virtual void save_forward(std::vector<double>* saved) {}
-  virtual void load_forward(const std::vector<double>& saved) {}
+  // What a training forward leaves for its backward, copied out and back in (on the device),
+  // so that ghost statistics can run several groups forward before their backwards.
+  virtual void save_forward(Buf<double>* saved) {}
+  virtual void load_forward(const Buf<double>& saved) {}
 
   // Diagnostics of the paper's Figures 2 to 4 (--probe-norm-stats), batch-type norms only:
   // after a training micro-step, probe_values holds the distance between batch and running
@@ -76,19 +110,22 @@ struct Norm {
   virtual Norm<T>* probed() { return this; }
 };
 
-// save_forward/load_forward of the batch-type norms: a count and per-feature vectors, in order.
-inline void pack_forward(std::vector<double>* out, double count,
-                         std::initializer_list<const std::vector<double>*> vectors) {
-  out->assign(1, count);
-  for (const auto* v : vectors) out->insert(out->end(), v->begin(), v->end());
+// save_forward/load_forward of the batch-type norms: their buffers, concatenated in order.
+inline void pack_forward(Buf<double>* out, std::initializer_list<const Buf<double>*> parts) {
+  size_t n = 0;
+  for (const Buf<double>* b : parts) n += b->size();
+  out->resize(n);
+  size_t at = 0;
+  for (const Buf<double>* b : parts) {
+    copy_on_device(out->data() + at, b->data(), b->size() * sizeof(double));
+    at += b->size();
+  }
 }
-inline void unpack_forward(const std::vector<double>& in, double* count,
-                           std::initializer_list<std::vector<double>*> vectors) {
-  *count = in[0];
-  size_t at = 1;
-  for (auto* v : vectors) {
-    std::copy(in.begin() + at, in.begin() + at + v->size(), v->begin());
-    at += v->size();
+inline void unpack_forward(const Buf<double>& in, std::initializer_list<Buf<double>*> parts) {
+  size_t at = 0;
+  for (Buf<double>* b : parts) {
+    copy_on_device(b->data(), in.data() + at, b->size() * sizeof(double));
+    at += b->size();
   }
 }
 

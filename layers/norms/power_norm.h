@@ -26,12 +26,12 @@
 // `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
 // (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
 // [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
-// rank), so the state is identical on every rank. After warmup the forward's output needs only
-// the running psi^2, so its all-reduce is started non-blocking and completed at the backward;
-// the state reported after the iteration includes the reduced statistics either way.
+// rank), so the state is identical on every rank.
+// On every device the layer is one sequence of kernels (kernels/ops.inc's per-column PN steps
+// between the column statistics and the affine maps): t, the count and the warm/cold choice are
+// read on the device, so a step never waits for the host.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "layers/norms/norm.h"
 
@@ -46,34 +46,21 @@ struct PowerNorm : Norm<T> {
   bool authors = false;   // pn_variant "authors"
   bool ema_state = false;  // the authors' running-psi^2 rule (authors, or pn_warmup_psi "ema")
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
-  std::vector<double> running_psi2, nu;
-  double t = 0;  // training forward count, a double so that state() can expose it
-  // Saved by the training forward for backward.
-  std::vector<double> inv_s, sum_x2;
-  // Authors' backward, per feature: inv_s_b = 1/s_B and the kernel's nu term
-  // nu_coef = (1 - alpha_bkw) nu inv_s / inv_s_b, so that dx = inv_s_b (g - nu_coef x inv_s_b).
-  std::vector<double> inv_s_b, nu_coef;
-  double count = 0;
-  // sync_power after warmup: the forward's [count | sum x^2] all-reduce runs while the rest of
-  // the forward does (the output uses the running psi^2 only); backward completes it first.
-  std::vector<double> fwd_stats;
-  Communicator::Request pending = -1;
+  Buf<double> running_psi2, nu;
+  Buf<double> t;  // [1]: training forward count, a double so that state() can expose it
+  // Saved by the training forward for backward: [count | sum x^2] (all ranks), the forward's
+  // 1/s and this iteration's sum x^2 as pn_absorb keeps it.
+  Buf<double> stats, inv_s, sum_x2;
+  // Backward scratch: [sum dy | sum dy x]; g_xh = sum_S g xh over all ranks; the authors' batch
+  // scale inv_s_b and nu term nu_coef (dx = inv_s_b (g - nu_coef x inv_s_b)).
+  Buf<double> sums, g_xh, inv_s_b, nu_coef;
 
   PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
-  void save_forward(std::vector<double>* saved) override;
-  void load_forward(const std::vector<double>& saved) override;
-
- protected:
-  // Takes this iteration's (reduced) [count | sum x^2]: t, psi^2 and the probe.
-  void absorb_statistics(const double* buf, bool warm);
-  // Waits for a non-blocking forward all-reduce, if one is in flight, and absorbs it.
-  void complete_pending();
-  void reduce(double* buf, size_t n) {
-    if (comm) comm->allreduce_sum(buf, n);
-  }
+  void save_forward(Buf<double>* saved) override;
+  void load_forward(const Buf<double>& saved) override;
 };
 
 }  // namespace pn

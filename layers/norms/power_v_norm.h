@@ -10,7 +10,6 @@
 // SyncPowerVNorm (sync_power_v_norm.h) sets comm: forward all-reduces [count, sum x^2],
 // backward [sum g xh], one double buffer each.
 #pragma once
-#include <vector>
 
 #include "layers/norms/norm.h"
 
@@ -22,21 +21,17 @@ struct PowerVNorm : Norm<T> {
   int d, gamma, beta;
   double eps, alpha;
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
-  std::vector<double> running_psi2;
-  std::vector<double> inv_s;  // 1/s, saved by the training forward
-  double count = 0;
+  Buf<double> running_psi2;
+  // Saved by the training forward: [count | sum x^2] (all ranks) and 1/s.
+  Buf<double> stats, inv_s;
+  Buf<double> sums, g_xh, b, scratch;  // backward and inference scratch
 
   PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
-  void save_forward(std::vector<double>* saved) override;
-  void load_forward(const std::vector<double>& saved) override;
-
- protected:
-  void reduce(double* buf, size_t n) {
-    if (comm) comm->allreduce_sum(buf, n);
-  }
+  void save_forward(Buf<double>* saved) override;
+  void load_forward(const Buf<double>& saved) override;
 };
 
 }  // namespace pn

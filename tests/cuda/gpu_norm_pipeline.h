@@ -64,7 +64,7 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
   } else {
     cuda::pn_forward_scale(st.t.data(), o.warmup, d, o.eps, st.psi2.data(), st.inv_s.data(),
                            stream);
-    cuda::pn_absorb(stats, st.t.data(), o.warmup, d, o.eps, o.alpha_fwd, st.psi2.data(),
+    cuda::pn_absorb(stats, st.t.data(), o.warmup, d, o.eps, o.alpha_fwd, false, st.psi2.data(),
                     st.inv_s.data(), st.sum_x2.data(), stream);
   }
   cuda::column_affine(x, rows, d, nullptr, st.inv_s.data(), gamma, beta, y, stream);
@@ -79,7 +79,7 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
     cuda::column_norm_backward(x, dy, mask, rows, d, nullptr, st.inv_s.data(), gamma, nullptr,
                                st.nu.data(), dx, stream);
     cuda::pn_nu_update(stats, st.sum_x2.data(), st.g_xh.data(), st.inv_s.data(), d, o.alpha_bkw,
-                       st.nu.data(), stream);
+                       1 - o.alpha_bkw, st.nu.data(), stream);
   }
 }
 
