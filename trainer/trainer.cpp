@@ -512,7 +512,7 @@ TrainResult Trainer::train() {
       micro_step(update, micro, dseed,
                  overlap ? GradsReady([&](size_t begin) {
                    for (Bucket& bk : buckets_) {
-                     if (bk.request < 0 && bk.begin >= begin)
+                     if (bk.request == -1 && bk.begin >= begin)
                        start_gradient_allreduce(bk);
                      else if (bk.request >= 0 && current_device() == Device::CPU)
                        comm_.test(bk.request);  // MPI progresses inside MPI calls

@@ -91,7 +91,7 @@ class Trainer {
   bool restored_ = false;
   struct Bucket {
     size_t begin, end;
-    Communicator::Request request;  // -1: not started in this update
+    Communicator::Request request;  // -1: not started in this update, -2: summed (staged)
   };
   std::vector<Bucket> buckets_;
   // Sums the gradient range [begin, end) over every rank: MPI on the host, NCCL on a GPU, or

@@ -1,11 +1,13 @@
 // What the CUDA tests share: the skip guard, random data, device copies and comparisons.
 //
 // Every test starts with PN_REQUIRE_GPU(): without a visible GPU (no device, no driver) it is
-// reported SKIPPED with the CUDA runtime's reason, and ctest counts it as skipped, not failed.
+// reported SKIPPED with the CUDA runtime's reason, and ctest counts it as skipped, not failed
+// (a failure under PN_CUDA_REQUIRED=1).
 #pragma once
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -29,10 +31,20 @@ inline bool gpu_visible(std::string* why) {
   return false;
 }
 
+// PN_CUDA_REQUIRED=1 (the GPU check) turns the skip into a failure, so that a run on a GPU
+// machine whose driver or runtime is broken cannot come back green having run nothing.
+inline bool gpu_required() {
+  const char* v = std::getenv("PN_CUDA_REQUIRED");
+  return v && std::string(v) == "1";
+}
+
 #define PN_REQUIRE_GPU()                                             \
   do {                                                               \
     std::string pn_why_;                                             \
-    if (!::pn::test::gpu_visible(&pn_why_)) GTEST_SKIP() << pn_why_; \
+    if (!::pn::test::gpu_visible(&pn_why_)) {                        \
+      if (::pn::test::gpu_required()) FAIL() << "PN_CUDA_REQUIRED=1: " << pn_why_; \
+      GTEST_SKIP() << pn_why_;                                       \
+    }                                                                \
   } while (0)
 
 inline std::vector<float> randf(size_t n, uint64_t seed, float scale = 1.f, float mean = 0.f) {

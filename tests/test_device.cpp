@@ -1,0 +1,291 @@
+// The device path against the CPU: the same training runs on the CPU and on a device, for every
+// norm and both architectures, compared update by update.
+//
+// Two devices take part. `sim`, the CPU stand-in (kernels/sim_device.h), runs everywhere: its
+// memory is not addressable by the host and its kernels run only when the host synchronises, so
+// a wiring mistake (a host read of device memory, a read before the stream is done) crashes or
+// reads poison, while the math is the CPU's, so every loss and statistic must be bit-identical.
+// `cuda` runs where a GPU is visible (skipped with the runtime's reason elsewhere, failed under
+// PN_CUDA_REQUIRED=1), with TF32 off: losses within 1e-4 relative over the first 10 updates and
+// every running statistic within 1e-5 after update 1.
+#include <glog/logging.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "kernels/sim_device.h"
+#include "lm_fixtures.h"
+#include "test_translation_fixtures.h"
+#include "trainer/trainer.h"
+
+namespace pn {
+namespace {
+
+// Skips (or, under PN_CUDA_REQUIRED=1, fails) when `device` cannot run here.
+#define PN_REQUIRE_DEVICE(device)                                                          \
+  do {                                                                                     \
+    if ((device) == Device::CUDA) {                                                        \
+      const std::string why_ = cuda_unavailable_reason();                                  \
+      if (!why_.empty()) {                                                                 \
+        const char* req_ = std::getenv("PN_CUDA_REQUIRED");                                \
+        if (req_ && std::string(req_) == "1") FAIL() << "PN_CUDA_REQUIRED=1: " << why_;    \
+        GTEST_SKIP() << "no usable GPU: " << why_;                                         \
+      }                                                                                    \
+    }                                                                                      \
+  } while (0)
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<std::vector<double>> state;  // every norm's running state, in model order
+  double valid_nll = 0;
+};
+
+std::vector<std::vector<double>> norm_state(Trainer& t) {
+  std::vector<std::vector<double>> out;
+  for (Norm<float>* n : t.norms())
+    for (const StateTensor& s : n->state()) out.push_back(read_state(s));
+  return out;
+}
+
+// Trains o on `device` (the LM on the builtin corpus, or translation on the toy corpus).
+RunResult train_on(Device device, const Options& o) {
+  DeviceScope scope(device);
+  auto comm = make_single_communicator();
+  RunResult r;
+  auto finish = [&](Trainer& t) {
+    const TrainResult tr = t.train();
+    r.losses = tr.losses;
+    r.state = norm_state(t);
+    r.valid_nll = tr.valid_nll;
+  };
+  if (o.arch == "transformer") {
+    Trainer t(o, *comm, test::toy_corpus());
+    finish(t);
+  } else {
+    Trainer t(o, *comm, test::builtin());
+    finish(t);
+  }
+  return r;
+}
+
+void expect_same_run(Device device, const RunResult& dev, const RunResult& cpu, double loss_rtol,
+                     double state_atol, const std::string& what) {
+  ASSERT_EQ(dev.losses.size(), cpu.losses.size()) << what;
+  for (size_t i = 0; i < cpu.losses.size(); ++i) {
+    if (device == Device::Sim)
+      EXPECT_EQ(dev.losses[i], cpu.losses[i]) << what << ": update " << i + 1;
+    else
+      EXPECT_NEAR(dev.losses[i], cpu.losses[i], loss_rtol * std::fabs(cpu.losses[i]))
+          << what << ": update " << i + 1;
+  }
+  ASSERT_EQ(dev.state.size(), cpu.state.size()) << what;
+  for (size_t k = 0; k < cpu.state.size(); ++k)
+    for (size_t i = 0; i < cpu.state[k].size(); ++i) {
+      if (device == Device::Sim)
+        ASSERT_EQ(dev.state[k][i], cpu.state[k][i]) << what << ": state " << k << "[" << i << "]";
+      else
+        ASSERT_NEAR(dev.state[k][i], cpu.state[k][i], state_atol)
+            << what << ": state " << k << "[" << i << "]";
+    }
+}
+
+void set_norm(Options* o, const char* kind) { o->norm_self = o->norm_ff = o->norm_final = kind; }
+
+// A norm setting of the comparison: the kind and what it changes in the options.
+struct NormCase {
+  const char* name;
+  void (*apply)(Options*);
+};
+const NormCase kNormCases[] = {
+    {"layer", [](Options* o) { set_norm(o, "layer"); }},
+    {"rms", [](Options* o) { set_norm(o, "rms"); }},
+    {"group", [](Options* o) { set_norm(o, "group"); }},
+    {"batch", [](Options* o) { set_norm(o, "batch"); }},
+    {"sync_batch", [](Options* o) { set_norm(o, "sync_batch"); }},
+    {"power_v", [](Options* o) { set_norm(o, "power_v"); }},
+    {"sync_power_v", [](Options* o) { set_norm(o, "sync_power_v"); }},
+    {"power", [](Options* o) { set_norm(o, "power"); }},
+    {"sync_power", [](Options* o) { set_norm(o, "sync_power"); }},
+    {"power_authors_prescaled",
+     [](Options* o) {
+       set_norm(o, "power");
+       o->pn_variant = "authors";
+       o->norm_prescale_groups = 2;
+     }},
+    {"batch_ghost_stats_accumulation",
+     [](Options* o) {
+       set_norm(o, "batch");
+       o->stats_batch_tokens = 64;
+       o->update_freq = 2;
+     }},
+    {"power_probed",
+     [](Options* o) {
+       set_norm(o, "power");
+       o->probe_norm_stats = "all";
+     }},
+};
+
+class DeviceLm : public ::testing::TestWithParam<std::tuple<Device, int>> {};
+
+TEST_P(DeviceLm, TrainsAsTheCpu) {
+  FLAGS_minloglevel = 1;
+  const Device device = std::get<0>(GetParam());
+  PN_REQUIRE_DEVICE(device);
+  const NormCase& c = kNormCases[std::get<1>(GetParam())];
+  Options o = test::small_lm();
+  o.max_tokens = 256;
+  o.max_update = 10;
+  o.validate_interval_updates = 10;  // the evaluation path and its norm state too
+  c.apply(&o);
+  o.warmup_updates = 4;  // PN's warmup ends inside the run
+  const RunResult cpu = train_on(Device::CPU, o);
+  const RunResult dev = train_on(device, o);
+  expect_same_run(device, dev, cpu, 1e-4, 1e-3, c.name);
+  if (device == Device::Sim) EXPECT_EQ(dev.valid_nll, cpu.valid_nll);
+  // Every running statistic after update 1 (before errors could compound).
+  o.max_update = 1;
+  o.validate_interval_updates = 0;
+  const RunResult cpu1 = train_on(Device::CPU, o), dev1 = train_on(device, o);
+  expect_same_run(device, dev1, cpu1, 1e-4, 1e-5, std::string(c.name) + " after update 1");
+}
+
+std::string device_case_name(const ::testing::TestParamInfo<std::tuple<Device, int>>& info) {
+  return device_name(std::get<0>(info.param)) + "_" + kNormCases[std::get<1>(info.param)].name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Norms, DeviceLm,
+                         ::testing::Combine(::testing::Values(Device::Sim, Device::CUDA),
+                                            ::testing::Range(0, int(std::size(kNormCases)))),
+                         device_case_name);
+
+class DeviceRuns : public ::testing::TestWithParam<Device> {};
+
+TEST_P(DeviceRuns, TranslationTrainsAsTheCpu) {
+  FLAGS_minloglevel = 1;
+  const Device device = GetParam();
+  PN_REQUIRE_DEVICE(device);
+  for (const char* enc : {"batch", "power"}) {
+    Options o = test::small_mt();
+    o.encoder_norm_self = o.encoder_norm_ff = o.encoder_norm_final = enc;
+    o.max_update = 10;
+    o.dropout = 0.0;
+    o.validate_interval_updates = 10;
+    const RunResult cpu = train_on(Device::CPU, o), dev = train_on(device, o);
+    expect_same_run(device, dev, cpu, 1e-4, 1e-3, std::string("translation, encoder ") + enc);
+  }
+}
+
+TEST_P(DeviceRuns, RepeatsItselfBitForBit) {
+  FLAGS_minloglevel = 1;
+  const Device device = GetParam();
+  PN_REQUIRE_DEVICE(device);
+  Options o = test::small_lm();
+  set_norm(&o, "power");
+  o.dropout = 0.1;
+  o.max_update = 8;
+  const RunResult a = train_on(device, o), b = train_on(device, o);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.state, b.state);
+}
+
+// A checkpoint written on the device resumes on the CPU (and the other way round) with the
+// losses of the uninterrupted run.
+TEST_P(DeviceRuns, CheckpointsMoveBetweenDevices) {
+  FLAGS_minloglevel = 1;
+  const Device device = GetParam();
+  PN_REQUIRE_DEVICE(device);
+  namespace fs = std::filesystem;
+  for (const bool device_first : {true, false}) {
+    const fs::path dir = fs::temp_directory_path() /
+                         ("pn_device_ck_" + device_name(device) + (device_first ? "_a" : "_b"));
+    fs::remove_all(dir);
+    Options o = test::small_lm();
+    set_norm(&o, "power");
+    o.warmup_updates = 3;
+    o.max_update = 8;
+    const RunResult straight = train_on(device_first ? Device::CPU : device, o);
+    o.save_dir = dir.string();
+    o.max_update = 4;
+    train_on(device_first ? device : Device::CPU, o);
+    o.max_update = 8;
+    const RunResult resumed = train_on(device_first ? Device::CPU : device, o);
+    ASSERT_EQ(resumed.losses.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      const double want = straight.losses[4 + i];
+      if (device == Device::Sim)
+        EXPECT_EQ(resumed.losses[i], want) << "update " << 5 + i;
+      else
+        EXPECT_NEAR(resumed.losses[i], want, 1e-4 * std::fabs(want)) << "update " << 5 + i;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DeviceRuns, ::testing::Values(Device::Sim, Device::CUDA),
+                         [](const ::testing::TestParamInfo<Device>& i) {
+                           return device_name(i.param);
+                         });
+
+// The stand-in device's own guarantees: what makes wiring mistakes fail.
+TEST(SimDevice, HostAccessToDeviceMemoryFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        DeviceScope scope(Device::Sim);
+        Buf<float> b(16);
+        volatile float v = *b.data();  // a host read of device memory
+        (void)v;
+      },
+      "");
+}
+
+TEST(SimDevice, ElementAccessOfADeviceBufferThrows) {
+  DeviceScope scope(Device::Sim);
+  Buf<float> b(4);
+  EXPECT_THROW(b[0], std::logic_error);
+}
+
+TEST(SimDevice, CopiesToTheHostArriveOnlyAtSynchronize) {
+  DeviceScope scope(Device::Sim);
+  Buf<float> b(4);
+  k::fill<float>(b.data(), 4, 2.5f);
+  EXPECT_GT(sim::queued(), 0u);  // nothing ran yet
+  float host[4] = {0, 0, 0, 0};
+  copy_to_host(host, b.data(), sizeof host);
+  EXPECT_TRUE(std::isnan(host[0]));  // poison until the stream is done
+  synchronize();
+  EXPECT_EQ(sim::queued(), 0u);
+  for (float v : host) EXPECT_EQ(v, 2.5f);
+}
+
+TEST(SimDevice, FreshMemoryIsPoisonAndResizeZeroesNewElements) {
+  DeviceScope scope(Device::Sim);
+  float* raw = static_cast<float*>(device_alloc(4 * sizeof(float)));
+  float host[4];
+  copy_to_host(host, raw, sizeof host);
+  synchronize();
+  EXPECT_TRUE(std::isnan(host[0]));  // a kernel reading unwritten memory reads NaN
+  device_free(Device::Sim, raw);
+  Buf<float> b;
+  b.resize(3);
+  EXPECT_EQ(b.to_host(), std::vector<float>(3, 0.0f));  // as std::vector::resize
+}
+
+TEST(Devices, CudaWithoutAGpuSaysWhy) {
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is visible here";
+  try {
+    resolve_device("cuda", false);
+    FAIL() << "--device cuda was accepted without a GPU";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(resolve_device("auto", false), Device::CPU);
+}
+
+}  // namespace
+}  // namespace pn
