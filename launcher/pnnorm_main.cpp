@@ -159,9 +159,10 @@ int run(int argc, char** argv, pn::Communicator& comm) {
 
 int main(int argc, char** argv) {
   std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);
+  comm->program = "pnnorm";  // errors say pnnorm: error: ...
   try {
     return run(argc, argv, *comm);
   } catch (const std::exception& e) {
-    comm->abort(std::string("pnnorm: ") + e.what(), 2);
+    comm->abort(e.what(), 2);
   }
 }
