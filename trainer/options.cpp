@@ -221,7 +221,8 @@ po::options_description describe(Options& o) {
     ("comm-timeout", dflt(&o.comm_timeout),
      "seconds a rank may make no progress (or wait in a collective) before the job stops")
     ("debug-fault", po::value(&o.debug_fault),
-     "test hook: nan@U (NaN loss at update U), exit@U:R, hang@U:R, perturb@U:R (rank R)")
+     "test hook: nan@U (NaN loss at update U), exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R, "
+     "savefail@U:R (rank R)")
     ("eval-only", po::bool_switch(&o.eval_only),
      "evaluate the checkpoint (--restore-file or the last in --save-dir) on valid and test")
     ("patience", dflt(&o.patience),

@@ -394,9 +394,9 @@ Fault parse_fault(const std::string& spec) {
   }
   if (at == std::string::npos ||
       (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb" &&
-       f.kind != "sigterm"))
+       f.kind != "sigterm" && f.kind != "savefail"))
     throw std::invalid_argument("--debug-fault '" + spec + "' is malformed: use nan@U, " +
-                                "exit@U:R, hang@U:R, perturb@U:R or sigterm@U:R");
+                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R or savefail@U:R");
   return f;
 }
 
@@ -800,6 +800,8 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
     return false;
   }
   std::string error;
+  // Only what this save created is removed on failure (not a file that was in the way).
+  const bool ours = !name.empty() || !fs::exists(dir);
   // Every rank learns whether all files are on disk; the lowest failing rank reports, once.
   auto agree = [&]() {
     double who = error.empty() ? 0.0 : double(comm_.size() - comm_.rank());
@@ -811,7 +813,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                  << (comm_.size() > 1 ? " (rank " + std::to_string(first) + ")" : std::string())
                  << ": " << error << "; " << previous
                  << (final ? "" : "; training continues");
-    if (comm_.rank() == 0) {  // no half-written checkpoint_N/ or checkpoint_best.new/ is left
+    if (comm_.rank() == 0 && ours) {  // no half-written checkpoint_N/ or checkpoint_best.new/
       std::error_code ec;
       fs::remove_all(dir, ec);
     }
@@ -820,6 +822,10 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
   };
   try {
     fs::create_directories(dir);
+    const Fault fault = parse_fault(opt_.debug_fault);
+    if (fault.kind == "savefail" && fault.update == update && fault.rank == comm_.rank())
+      throw std::runtime_error("cannot write '" + dir + "' (--debug-fault " + opt_.debug_fault +
+                               ")");
     CheckpointFile rank_file;
     rank_file.header = {{"update", update}, {"rank", comm_.rank()}, {"world_size", comm_.size()}};
     nlohmann::json tensors = nlohmann::json::array();
