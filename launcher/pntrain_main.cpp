@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "comm/communicator.h"
@@ -85,7 +86,14 @@ int eval_lm(pn::Communicator& comm, pn::Trainer& trainer) {
 // The closing line, and the exit code: 128 + signal when interrupted, 3 when the final
 // checkpoint could not be written.
 int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult& r) {
-  if (comm.rank() == 0) {
+  if (comm.rank() == 0 && opt.log_format == "json") {
+    nlohmann::json j = {{"done", true},          {"updates", r.updates},
+                        {"max_update", opt.max_update}, {"wall_s", r.wall_s},
+                        {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
+                        {"last_loss", r.last_loss}, {"checkpoint", r.checkpoint}};
+    if (r.best_valid_nll >= 0) j["best_valid_loss"] = r.best_valid_nll;
+    LOG(INFO) << j.dump();
+  } else if (comm.rank() == 0) {
     std::ostringstream line;
     line << std::fixed << std::setprecision(1) << "done | " << r.updates << "/" << opt.max_update
          << " updates | wall " << r.wall_s << "s | " << std::setprecision(0)
