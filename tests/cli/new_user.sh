@@ -93,4 +93,11 @@ run --restore-file "$tmp/ck_sig/checkpoint_12" --eval-only --decoder-embed-dim 6
 if [ $rc -eq 0 ] || ! grep -q "pntrain: error: --decoder-embed-dim 64 disagrees with checkpoint .*trained with --decoder-embed-dim 32" <<<"$out"; then
   fail "disagreeing flag: exit $rc"; echo "$out" | tail -5
 else echo "ok: $(grep -m1 'pntrain: error' <<<"$out")"; fi
+# 6. A corpus smaller than one update: a warning naming both sizes.
+mkdir -p "$tmp/tiny"
+for s in train valid test; do printf 'a b c d e f g h\ni j k l m n o p\n' > "$tmp/tiny/$s.txt"; done
+run --data "$tmp/tiny" --tokens-per-sample 4 --max-tokens 64 --max-update 1 --validate-interval-updates 0
+if [ $rc -ne 0 ] || ! grep -q "the training split holds 4 samples of 4 tokens (18 tokens), fewer than one update takes (32 samples" <<<"$out"; then
+  fail "tiny corpus: exit $rc, no warning"; echo "$out" | tail -5
+else echo "ok: $(grep -m1 'training split holds' <<<"$out" | sed 's/^.*\] //')"; fi
 exit $failures
