@@ -536,6 +536,41 @@ TrainResult Trainer::train() {
               << "updates since the previous line; tok/s counts target tokens of all ranks";
   const double t_start = now_s();
   int log_updates = 0;
+  // The end of every update, skipped ones too: checkpoints at intervals and at the end, and the
+  // stop on SIGINT/SIGTERM that every rank agrees on. Returns true when training ends here.
+  auto end_update = [&](int64_t update, bool last, bool stop) {
+    // fairseq's --save-interval: at the end of every N-th epoch.
+    const double epoch_done = std::floor(epoch_of(update + 1));
+    const bool epoch_save = opt_.save_interval > 0 && epoch_done > std::floor(epoch_of(update)) &&
+                            int64_t(epoch_done) % opt_.save_interval == 0;
+    // Every rank stops after the same update: the flag of any rank that was signalled.
+    double signal = interrupt_signal();
+    if (R > 1) comm_.allreduce_max(&signal, 1);
+    const bool final_save = last || stop || signal > 0;
+    if (!opt_.save_dir.empty() &&
+        (final_save || epoch_save ||
+         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0))) {
+      if (!save_checkpoint(update + 1, "", keep, final_save) && final_save)
+        result.final_save_failed = true;
+    }
+    if (signal > 0) {
+      result.interrupted = int(signal);
+      if (rank == 0)
+        LOG(WARNING) << "interrupted (" << (int(signal) == SIGINT ? "SIGINT" : "SIGTERM")
+                     << ") at update " << update + 1
+                     << (opt_.save_dir.empty()
+                             ? "; nothing saved (no --save-dir)"
+                             : result.final_save_failed ? "; its checkpoint was not saved"
+                                                        : "; the same command resumes");
+      return true;
+    }
+    return stop;
+  };
+  auto is_last = [&](int64_t update) {
+    return update + 1 == opt_.max_update ||
+           (opt_.max_epoch > 0 && epoch_of(update + 1) >= opt_.max_epoch);
+  };
+
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
   int bad_in_row = 0, validations_without_gain = 0;
   double best_valid = std::numeric_limits<double>::infinity();
@@ -613,6 +648,7 @@ TrainResult Trainer::train() {
           << "): lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
         throw AgreedError(m.str());
       }
+      if (end_update(update, is_last(update), false)) break;
       continue;
     }
     bad_in_row = 0;
@@ -704,8 +740,7 @@ TrainResult Trainer::train() {
     }
     if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 && R > 1)
       check_consistency(update + 1);
-    const bool last = update + 1 == opt_.max_update ||
-                      (opt_.max_epoch > 0 && epoch_of(update + 1) >= opt_.max_epoch);
+    const bool last = is_last(update);
     bool stop = false;
     if (opt_.validate_interval_updates > 0 &&
         ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
@@ -736,32 +771,7 @@ TrainResult Trainer::train() {
       }
     }
     if (watchdog_) watchdog_->beat("validation or a checkpoint");
-    // fairseq's --save-interval: at the end of every N-th epoch.
-    const double epoch_done = std::floor(epoch_of(update + 1));
-    const bool epoch_save = opt_.save_interval > 0 && epoch_done > std::floor(epoch_of(update)) &&
-                            int64_t(epoch_done) % opt_.save_interval == 0;
-    // Every rank stops after the same update: the flag of any rank that was signalled.
-    double signal = interrupt_signal();
-    if (R > 1) comm_.allreduce_max(&signal, 1);
-    const bool final_save = last || stop || signal > 0;
-    if (!opt_.save_dir.empty() &&
-        (final_save || epoch_save ||
-         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0))) {
-      if (!save_checkpoint(update + 1, "", keep, final_save) && final_save)
-        result.final_save_failed = true;
-    }
-    if (signal > 0) {
-      result.interrupted = int(signal);
-      if (rank == 0)
-        LOG(WARNING) << "interrupted (" << (int(signal) == SIGINT ? "SIGINT" : "SIGTERM")
-                     << ") at update " << update + 1
-                     << (opt_.save_dir.empty()
-                             ? "; nothing saved (no --save-dir)"
-                             : result.final_save_failed ? "; its checkpoint was not saved"
-                                                        : "; the same command resumes");
-      break;
-    }
-    if (stop) break;
+    if (end_update(update, last, stop)) break;
   }
   result.wall_s = now_s() - t_start;
   if (std::isfinite(best_valid)) result.best_valid_nll = best_valid;
