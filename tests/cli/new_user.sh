@@ -68,6 +68,18 @@ elif [ "$(records "$tmp/resumed.jsonl" | grep -vc valid)" -ne 12 ]; then
   fail "metrics after resume do not hold 12 training records"
 else echo "ok: resumed run equals the uninterrupted one bit for bit ($(records "$tmp/resumed.jsonl" | grep -c .) records)"; fi
 
+# 3b. Resuming from an older checkpoint drops the metrics past it: one history, no line back in time.
+trunc=("${small[@]}" --validate-interval-updates 4 --metrics "$tmp/trunc.jsonl"
+       --save-dir "$tmp/ck_trunc" --save-interval-updates 4)
+run "${trunc[@]}" --max-update 6
+run "${trunc[@]}" --max-update 8 --restore-file "$tmp/ck_trunc/checkpoint_4"
+if [ $rc -ne 0 ] || ! grep -q "dropped 3 records past the restored update 4" <<<"$out"; then
+  fail "metrics truncation: exit $rc"; echo "$out" | grep -i metrics
+elif ! diff <(records "$tmp/straight.jsonl" | awk '$1 <= 8') <(records "$tmp/trunc.jsonl") >/dev/null; then
+  fail "metrics after resuming from checkpoint_4 are not one history"
+  diff <(records "$tmp/straight.jsonl" | awk '$1 <= 8') <(records "$tmp/trunc.jsonl") | head
+else echo "ok: resumed from checkpoint_4: metrics hold updates 1-8 once, equal to the uninterrupted run"; fi
+
 # 4. An external SIGTERM to one rank's process (what Slurm sends): saved, exit 143, nothing left.
 tag="$tmp/ck_ext"
 ( timeout 120 "${mpirun[@]}" -np 2 "$pntrain" "${small[@]}" --max-update 100000 \
