@@ -57,7 +57,7 @@ struct Options {
   bool eval_only = false;
   int patience = 0;               // stop after N validations without improvement (0: off)
   std::string pn_eval_state = "rank0";  // rank-local norm state used in evaluation: rank0|mean
-  // translation (issue 8): --arch transformer; --data holds <split>.<lang> files
+  // translation: --arch transformer; --data holds <split>.<lang> files
   std::string arch = "transformer_lm";  // transformer_lm | transformer
   std::string source_lang = "de", target_lang = "en";
   std::string train_subset = "train", valid_subset = "valid", gen_subset = "test";
