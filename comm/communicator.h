@@ -38,6 +38,8 @@ struct Communicator {
   double collective_seconds = 0;
   // True while this rank waits inside a collective (its peers are late, not this rank).
   std::atomic<bool> in_collective{false};
+  // The program that errors name ("pntrain: error: ...").
+  std::string program = "pntrain";
   // Ends the whole job (every rank) after printing msg; never returns.
   [[noreturn]] virtual void abort(const std::string& msg, int code = 1) = 0;
 

@@ -100,7 +100,7 @@ struct MpiCommunicator final : Communicator {
                       "rank %d waited more than %.0f s in %s: another rank is hung or dead "
                       "(see its messages above; --comm-timeout sets the limit)",
                       rank_, timeout_s, what);
-        std::fprintf(stderr, "pntrain: error: %s\n", msg);
+        std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg);
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 4);
       }
@@ -156,13 +156,13 @@ struct MpiCommunicator final : Communicator {
 
   [[noreturn]] void abort(const std::string& msg, int code) override {
     if (rank_ == 0) {
-      std::fprintf(stderr, "pntrain: error: %s\n", msg.c_str());
+      std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg.c_str());
       std::fflush(stderr);
     } else {
       // Errors that every rank detects are reported once, by rank 0: give it time to do so
       // before this rank tears the job down; an error of this rank alone is still printed.
       std::this_thread::sleep_for(std::chrono::seconds(3));
-      std::fprintf(stderr, "pntrain: error on rank %d: %s\n", rank_, msg.c_str());
+      std::fprintf(stderr, "%s: error on rank %d: %s\n", program.c_str(), rank_, msg.c_str());
       std::fflush(stderr);
     }
     MPI_Abort(MPI_COMM_WORLD, code);

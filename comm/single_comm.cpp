@@ -22,7 +22,7 @@ struct SingleCommunicator final : Communicator {
   bool test(Request) override { return true; }
   void wait(Request) override {}
   [[noreturn]] void abort(const std::string& msg, int code) override {
-    std::fprintf(stderr, "pntrain: error: %s\n", msg.c_str());
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg.c_str());
     std::fflush(stderr);
     std::exit(code);
   }

@@ -114,6 +114,16 @@ class Buf {
   Device device_ = Device::CPU;
 };
 
+// Zeroes the three doubles of `sums` on the device, lets add(sums.data()) add loss sums to them
+// and returns them to the host (one synchronisation: the models' host-returning forms).
+template <class F>
+k::LossSums host_loss_sums(Buf<double>& sums, F add) {
+  sums.assign(3, 0.0);
+  add(sums.data());
+  const std::vector<double> h = sums.to_host();
+  return {h[0], h[1], h[2]};
+}
+
 // Equal sizes and contents (copies both to the host: for tests and checks, not the hot path).
 template <class T>
 bool operator==(const Buf<T>& a, const Buf<T>& b) {

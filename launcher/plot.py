@@ -10,7 +10,10 @@ Writes to OUT (default: the current directory):
                   the PowerNorm paper (BN vs PN-V vs PN).
 
 Usage: plot.py METRICS.jsonl... [--out DIR]
-Lines are labelled by the file name, or by its folder name when the file is metrics.jsonl.
+Every file is one run, all runs share each figure, and the legend names them by the file name
+(or by the folder name when the file is metrics.jsonl). A run that was interrupted and resumed
+is drawn once: where a file holds an update twice (files written before pntrain truncated them
+on resume), the later record wins. Perplexity is drawn on a log scale.
 """
 import argparse
 import math
@@ -42,6 +45,16 @@ def finite(v):
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
+def once_per_update(lines):
+    """The records in update order, one per update: the last one written wins (a resumed run
+    writes again the updates after its checkpoint)."""
+    by_update = {}
+    for j in lines:
+        if isinstance(j.get("update"), int):
+            by_update[j["update"]] = j
+    return [by_update[u] for u in sorted(by_update)]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,7 +74,8 @@ def main():
         if not os.path.isfile(path):
             print("plot: no metrics file '%s'" % path, file=sys.stderr)
             return 2
-        runs.append((label_of(path, a.metrics),) + read_metrics(path, warn=True))
+        ups, vals = read_metrics(path, warn=True)
+        runs.append((label_of(path, a.metrics), once_per_update(ups), once_per_update(vals)))
     os.makedirs(a.out, exist_ok=True)
     written = []
 
@@ -91,7 +105,8 @@ def main():
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=label)
         ax.set_xlabel("update")
-        ax.set_ylabel("validation perplexity")
+        ax.set_ylabel("validation perplexity (log scale)")
+        ax.set_yscale("log")
         ax.set_title("validation perplexity")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")

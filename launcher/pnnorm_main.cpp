@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/buffer.h"
 #include "launcher/npy.h"
 #include "layers/norms/norm.h"
 
@@ -27,7 +28,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 int run(int argc, char** argv, pn::Communicator& comm) {
   pn::NormOptions o;
-  std::string x_path, dy_path, mask_path, gamma_path, beta_path, out;
+  std::string x_path, dy_path, mask_path, gamma_path, beta_path, out, device_name = "cpu";
   po::options_description desc(
       "pnnorm: run one norm layer on .npy data (SPEC section 7)\n"
       "  pnnorm --norm NAME --x X.npy --dy DY.npy [--mask M.npy] --out DIR\n"
@@ -55,6 +56,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
     ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
      "pre-scaling groups before batch-type norms (0: off)")
+    ("device", po::value(&device_name)->default_value(device_name),
+     "cpu, cuda (the rank's node-local GPU) or sim (the CPU stand-in for a GPU)")
     ("out", po::value(&out)->required(), "output directory");
   // clang-format on
   po::variables_map vm;
@@ -97,6 +100,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   }
   const bool has_beta = o.kind != "rms";
 
+  // The layer and its data live on the device; the results come back to the host at the end.
+  pn::DeviceScope scope(pn::resolve_device(device_name, false), comm.local_rank());
   pn::ParamStore<float> store;
   auto norm = pn::make_norm<float>(o, int(d), store, "norm", &comm);
   store.allocate(0);
@@ -107,7 +112,7 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     if (s != std::vector<int64_t>{d})
       throw std::invalid_argument(path + ": " + what + " shape " + shape_str(s) + ", need (" +
                                   std::to_string(d) + ",)");
-    std::copy(v.begin(), v.end(), store.p(idx));
+    pn::copy_to_device(store.p(idx), v.data(), v.size() * sizeof(float));
   };
   load_param(gamma_path, 0, "gamma");
   if (has_beta) load_param(beta_path, 1, "beta");
@@ -115,7 +120,11 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   const int R = comm.size(), r = comm.rank();
   const int64_t lo = int64_t(r) * N / R, hi = int64_t(r + 1) * N / R, n = hi - lo;
   const size_t plane = size_t(N * d);
-  std::vector<float> Y(size_t(T) * plane, 0.0f), DX(size_t(T) * plane, 0.0f);
+  pn::Buf<float> x_dev, dy_dev, y_dev(size_t(T) * plane), dx_dev(size_t(T) * plane);
+  pn::Buf<uint8_t> m_dev;
+  x_dev.from_host(X);
+  dy_dev.from_host(DY);
+  m_dev.from_host(M);
   std::vector<float> dgamma(size_t(T * d)), dbeta(size_t(T * d), 0.0f);
   std::vector<std::vector<double>> states;
   std::vector<std::string> state_names;
@@ -124,22 +133,24 @@ int run(int argc, char** argv, pn::Communicator& comm) {
 
   for (int64_t t = 0; t < T; ++t) {
     const size_t off = size_t(t) * plane + size_t(lo * d);
-    const uint8_t* m = M.data() + size_t(t * N + lo);
-    std::fill(store.grad.begin(), store.grad.end(), 0.0f);
-    norm->forward(X.data() + off, m, int(n), Y.data() + off, true);
-    norm->backward(X.data() + off, DY.data() + off, m, int(n), DX.data() + off);
-    std::copy(store.g(0), store.g(0) + d, dgamma.begin() + t * d);
-    if (has_beta) std::copy(store.g(1), store.g(1) + d, dbeta.begin() + t * d);
+    const uint8_t* m = m_dev.data() + size_t(t * N + lo);
+    pn::k::fill<float>(store.grad.data(), store.grad.size(), 0.0f);
+    norm->forward(x_dev.data() + off, m, int(n), y_dev.data() + off, true);
+    norm->backward(x_dev.data() + off, dy_dev.data() + off, m, int(n), dx_dev.data() + off);
+    pn::copy_to_host(dgamma.data() + t * d, store.g(0), size_t(d) * sizeof(float));
+    if (has_beta) pn::copy_to_host(dbeta.data() + t * d, store.g(1), size_t(d) * sizeof(float));
     size_t k = 0;
     for (const pn::StateTensor& s : norm->state()) {
       if (s.name == "t") continue;
-      std::copy(s.data, s.data + s.n, states[k++].begin() + t * s.n);
+      pn::copy_to_host(states[k++].data() + t * s.n, s.data, s.n * sizeof(double));
     }
+    pn::synchronize();
   }
-  std::vector<float> Yeval(plane, 0.0f);
+  pn::Buf<float> yeval_dev(plane);
   const size_t last = size_t(T - 1) * plane + size_t(lo * d);
-  norm->forward(X.data() + last, M.data() + size_t((T - 1) * N + lo), int(n),
-                Yeval.data() + lo * d, false);
+  norm->forward(x_dev.data() + last, m_dev.data() + size_t((T - 1) * N + lo), int(n),
+                yeval_dev.data() + lo * d, false);
+  std::vector<float> Y = y_dev.to_host(), DX = dx_dev.to_host(), Yeval = yeval_dev.to_host();
 
   comm.allreduce_sum(Y.data(), Y.size());
   comm.allreduce_sum(DX.data(), DX.size());
@@ -168,9 +179,10 @@ int run(int argc, char** argv, pn::Communicator& comm) {
 
 int main(int argc, char** argv) {
   std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);
+  comm->program = "pnnorm";  // errors say pnnorm: error: ...
   try {
     return run(argc, argv, *comm);
   } catch (const std::exception& e) {
-    comm->abort(std::string("pnnorm: ") + e.what(), 2);
+    comm->abort(e.what(), 2);
   }
 }

@@ -3,36 +3,48 @@
 
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <cstdio>
-#include <stdexcept>
 #include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "comm/communicator.h"
 #include "kernels/device.h"
+#include "launcher/log_format.h"
+#include "trainer/checkpoint.h"
 #include "trainer/data.h"
+#include "trainer/interrupt.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
 
-// --arch transformer: train on --train-subset, or with --eval-only report the valid loss and
-// the BLEU of beam search on --gen-subset.
-static int run_translation(const pn::Options& opt, pn::Communicator& comm) {
-  pn::ParallelCorpus corpus =
-      pn::load_parallel_corpus(opt.data, opt.source_lang, opt.target_lang,
-                               opt.share_all_embeddings, opt.train_subset, opt.valid_subset,
-                               opt.gen_subset);
-  pn::Trainer trainer(opt, comm, std::move(corpus));
-  if (!opt.eval_only) {
-    const pn::TrainResult r = trainer.train();
-    if (comm.rank() == 0)
-      LOG(INFO) << "done: " << r.updates << " updates, last training loss " << r.last_loss
-                << (r.valid_nll >= 0 ? ", valid loss " + std::to_string(r.valid_nll) : "");
-    return 0;
+namespace {
+
+// Startup errors (flags, config, data, save directory, checkpoint) are found the same way on
+// every rank before any work: the ranks agree on whether any failed, the lowest failing rank
+// prints its message once, and every rank leaves through MPI_Finalize with the same exit code
+// (no MPI_Abort, so no abort banner). Returns true when no rank failed.
+bool all_ranks_fine(pn::Communicator& comm, const std::string& error) {
+  double who = error.empty() ? 0.0 : double(comm.size() - comm.rank());
+  comm.allreduce_max(&who, 1);
+  if (who == 0) return true;
+  const int first = comm.size() - int(who);
+  if (comm.rank() == first) {
+    if (first == 0)
+      std::fprintf(stderr, "pntrain: error: %s\n", error.c_str());
+    else
+      std::fprintf(stderr, "pntrain: error on rank %d: %s\n", first, error.c_str());
+    std::fflush(stderr);
   }
-  if (!trainer.restored())
-    throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or a "
-                                "--save-dir that holds one");
+  return false;
+}
+
+// --arch transformer --eval-only: the valid loss and the BLEU of beam search on --gen-subset.
+int eval_translation(const pn::Options& opt, pn::Communicator& comm, pn::Trainer& trainer) {
   const pn::EvalResult v = trainer.evaluate(trainer.parallel_corpus().valid);
   pn::GenerateOptions g;
   g.beam = opt.beam;
@@ -61,48 +73,138 @@ static int run_translation(const pn::Options& opt, pn::Communicator& comm) {
   return 0;
 }
 
+int eval_lm(pn::Communicator& comm, pn::Trainer& trainer) {
+  const pn::EvalResult v = trainer.evaluate(trainer.corpus().valid);
+  const pn::EvalResult t = trainer.evaluate(trainer.corpus().test);
+  if (comm.rank() == 0)
+    std::printf("eval | update %lld | valid loss %.4f ppl %.2f | test loss %.4f ppl %.2f\n",
+                (long long)trainer.start_update(), v.nll, std::exp(v.nll), t.nll,
+                std::exp(t.nll));
+  return 0;
+}
+
+// The closing line, and the exit code: 128 + signal when interrupted, 3 when the final
+// checkpoint could not be written.
+int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult& r) {
+  if (comm.rank() == 0 && opt.log_format == "json") {
+    nlohmann::json j = {{"done", true},          {"updates", r.updates},
+                        {"max_update", opt.max_update}, {"wall_s", r.wall_s},
+                        {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
+                        {"last_loss", r.last_loss}, {"checkpoint", r.checkpoint}};
+    if (r.best_valid_nll >= 0) j["best_valid_loss"] = r.best_valid_nll;
+    LOG(INFO) << j.dump();
+  } else if (comm.rank() == 0) {
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(1) << "done | " << r.updates << "/" << opt.max_update
+         << " updates | wall " << r.wall_s << "s | " << std::setprecision(0)
+         << (r.wall_s > 0 ? r.tokens / r.wall_s : 0.0) << " tok/s (mean of this run) | "
+         << std::setprecision(3) << "training loss " << r.last_loss << " (last update)";
+    if (r.best_valid_nll >= 0)
+      line << " | best valid loss " << r.best_valid_nll << " ppl " << std::setprecision(2)
+           << std::exp(r.best_valid_nll);
+    line << " | checkpoint " << (r.checkpoint.empty() ? "none" : r.checkpoint);
+    LOG(INFO) << line.str();
+  }
+  if (r.final_save_failed) {
+    if (comm.rank() == 0)
+      std::fprintf(stderr, "pntrain: error: the checkpoint of update %lld was not saved (see "
+                   "above)%s\n", (long long)r.updates,
+                   r.checkpoint.empty() ? "" : ("; the newest on disk is " + r.checkpoint).c_str());
+    return 3;
+  }
+  if (r.interrupted) return 128 + r.interrupted;
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 0;
   google::InitGoogleLogging(argv[0]);
   std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);
   if (comm->rank() != 0) FLAGS_minloglevel = 1;  // progress lines from rank 0 only
+  pn::install_interrupt_handlers();
+  pn::Options opt;
+  std::string error, early_text;
+  bool early_exit = false;
+  pn::Corpus corpus;
+  pn::ParallelCorpus parallel;
+  pn::Device device = pn::Device::CPU;
+  // 1. What every rank checks alike: flags, the checkpoint's configuration, the save directory
+  //    and the data.
   try {
-    pn::Options opt;
-    std::string help;
-    if (!pn::parse_options(argc, argv, &opt, &help)) {
-      if (comm->rank() == 0) std::cout << help << std::endl;
-      return 0;
+    if (!pn::parse_options(argc, argv, &opt, &early_text)) {
+      early_exit = true;
+    } else {
+      std::string restore = opt.restore_file;
+      if (restore.empty() && !opt.save_dir.empty() && std::filesystem::is_directory(opt.save_dir))
+        restore = pn::last_checkpoint(opt.save_dir);
+      if (!restore.empty()) {
+        if (!std::filesystem::exists(std::filesystem::path(restore) / "DONE"))
+          throw std::invalid_argument("'" + restore + "' is not a complete checkpoint (no DONE "
+                                      "marker): pass another --restore-file");
+        pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
+      } else if (opt.eval_only) {
+        throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
+                                    "a --save-dir that holds one");
+      }
+      pn::validate_options(opt);
+      pn::set_log_format(opt.log_format);
+      if (!opt.save_dir.empty() && !opt.eval_only) pn::check_writable_dir(opt.save_dir, comm->rank());
+      const int threads =
+          opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
+      pn::set_num_threads(threads);
+      device = pn::resolve_device(opt.device, comm->rank() == 0);
+      if (opt.arch == "transformer")
+        parallel = pn::load_parallel_corpus(opt.data, opt.source_lang, opt.target_lang,
+                                            opt.share_all_embeddings, opt.train_subset,
+                                            opt.valid_subset, opt.gen_subset);
+      else
+        corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     }
-    pn::validate_options(opt);
-    const int threads =
-        opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
-    pn::set_num_threads(threads);
-    const pn::Device device = pn::resolve_device(opt.device, comm->rank() == 0);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_ranks_fine(*comm, error)) return 2;
+  if (early_exit) {
+    if (comm->rank() == 0) std::cout << early_text << std::endl;
+    return 0;
+  }
+  if (comm->rank() == 0)
+    for (const std::string& note : opt.notes) LOG(WARNING) << note;
+  // Everything the run allocates lives on the chosen device, on the stream of this scope (which
+  // outlives the trainer). A GPU run's ranks talk through NCCL.
+  std::unique_ptr<pn::DeviceScope> scope;
+  try {
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
-    // Everything the run allocates lives on this device, on the stream of this scope.
-    pn::DeviceScope scope(device, comm->local_rank());
+    scope = std::make_unique<pn::DeviceScope>(device, comm->local_rank());
     if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();
-    if (opt.arch == "transformer") return run_translation(opt, *comm);
-    pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
-    pn::Trainer trainer(opt, *comm, std::move(corpus));
-    if (opt.eval_only) {
-      if (!trainer.restored())
-        throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or a "
-                                    "--save-dir that holds one");
-      const pn::EvalResult v = trainer.evaluate(trainer.corpus().valid);
-      const pn::EvalResult t = trainer.evaluate(trainer.corpus().test);
-      if (comm->rank() == 0)
-        std::printf("eval | update %lld | valid loss %.4f ppl %.2f | test loss %.4f ppl %.2f\n",
-                    (long long)trainer.start_update(), v.nll, std::exp(v.nll), t.nll,
-                    std::exp(t.nll));
-      return 0;
-    }
-    const pn::TrainResult r = trainer.train();
-    if (comm->rank() == 0)
-      LOG(INFO) << "done: " << r.updates << " updates, last training loss " << r.last_loss
-                << (r.valid_nll >= 0 ? ", valid ppl " + std::to_string(std::exp(r.valid_nll))
-                                     : std::string());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_ranks_fine(*comm, error)) return 2;
+  // 2. The model and its checkpoint (shape and vocabulary checks, identical on every rank but
+  //    for a rank's own corrupt file).
+  std::unique_ptr<pn::Trainer> trainer;
+  try {
+    trainer = opt.arch == "transformer"
+                  ? std::make_unique<pn::Trainer>(opt, *comm, std::move(parallel))
+                  : std::make_unique<pn::Trainer>(opt, *comm, std::move(corpus));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (!all_ranks_fine(*comm, error)) return 2;
+  // 3. The work. An error every rank meets alike is reported once and ends the ranks cleanly;
+  //    any other ends the whole job through the communicator.
+  try {
+    if (opt.eval_only)
+      return opt.arch == "transformer" ? eval_translation(opt, *comm, *trainer)
+                                       : eval_lm(*comm, *trainer);
+    return finish(opt, *comm, trainer->train());
+  } catch (const pn::AgreedError& e) {
+    if (comm->rank() == 0) std::fprintf(stderr, "pntrain: error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     comm->abort(e.what(), 2);
   }

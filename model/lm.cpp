@@ -129,27 +129,18 @@ void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
                               config.vocab, T(config.label_smoothing), loss_sums);
 }
 
-namespace {
-k::LossSums fetch(const Buf<double>& sums) {
-  const std::vector<double> h = sums.to_host();
-  return {h[0], h[1], h[2]};
-}
-}  // namespace
-
 template <class T>
 k::LossSums LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale,
                                                uint64_t dropout_seed,
                                                const GradsReady& grads_ready) {
-  sums.assign(3, 0.0);
-  forward_backward(batch, grad_scale, dropout_seed, sums.data(), grads_ready);
-  return fetch(sums);
+  return host_loss_sums(sums, [&](double* s) {
+    forward_backward(batch, grad_scale, dropout_seed, s, grads_ready);
+  });
 }
 
 template <class T>
 k::LossSums LanguageModel<T>::evaluate(const Batch& batch) {
-  sums.assign(3, 0.0);
-  evaluate(batch, sums.data());
-  return fetch(sums);
+  return host_loss_sums(sums, [&](double* s) { evaluate(batch, s); });
 }
 
 template struct LanguageModel<float>;

@@ -272,18 +272,14 @@ template <class T>
 k::LossSums TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_scale,
                                                   uint64_t dropout_seed,
                                                   const GradsReady& grads_ready) {
-  sums.assign(3, 0.0);
-  forward_backward(batch, grad_scale, dropout_seed, sums.data(), grads_ready);
-  const std::vector<double> h = sums.to_host();
-  return {h[0], h[1], h[2]};
+  return host_loss_sums(sums, [&](double* s) {
+    forward_backward(batch, grad_scale, dropout_seed, s, grads_ready);
+  });
 }
 
 template <class T>
 k::LossSums TranslationModel<T>::evaluate(const ParallelBatch& batch, bool training) {
-  sums.assign(3, 0.0);
-  evaluate(batch, sums.data(), training);
-  const std::vector<double> h = sums.to_host();
-  return {h[0], h[1], h[2]};
+  return host_loss_sums(sums, [&](double* s) { evaluate(batch, s, training); });
 }
 
 template <class T>

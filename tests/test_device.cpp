@@ -43,6 +43,7 @@ struct RunResult {
   std::vector<double> losses;
   std::vector<std::vector<double>> state;  // every norm's running state, in model order
   double valid_nll = 0;
+  std::vector<std::string> hyps;  // translation: beam search over the test split
 };
 
 std::vector<std::vector<double>> norm_state(Trainer& t) {
@@ -66,6 +67,9 @@ RunResult train_on(Device device, const Options& o) {
   if (o.arch == "transformer") {
     Trainer t(o, *comm, test::toy_corpus());
     finish(t);
+    GenerateOptions g;
+    g.beam = 2;
+    r.hyps = t.generate(test::toy_corpus().test, g, false, false).hyps;
   } else {
     Trainer t(o, *comm, test::builtin());
     finish(t);
@@ -177,6 +181,8 @@ TEST_P(DeviceRuns, TranslationTrainsAsTheCpu) {
     o.validate_interval_updates = 10;
     const RunResult cpu = train_on(Device::CPU, o), dev = train_on(device, o);
     expect_same_run(device, dev, cpu, 1e-4, 1e-3, std::string("translation, encoder ") + enc);
+    ASSERT_FALSE(cpu.hyps.empty());
+    if (device == Device::Sim) EXPECT_EQ(dev.hyps, cpu.hyps) << enc;  // beam search too
   }
 }
 

@@ -108,6 +108,59 @@ CheckpointFile read_checkpoint_file(const std::string& path) {
   return f;
 }
 
+nlohmann::json read_checkpoint_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read checkpoint file '" + path + "'");
+  char magic[8];
+  uint64_t header_len = 0;
+  if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0 ||
+      !in.read(reinterpret_cast<char*>(&header_len), 8) || header_len > (uint64_t(1) << 30))
+    throw std::runtime_error("checkpoint file '" + path + "' is not a pntrain checkpoint or "
+                             "truncated: restore another checkpoint (--restore-file)");
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), std::streamsize(header_len)))
+    throw std::runtime_error("checkpoint file '" + path + "' is truncated (header)");
+  return nlohmann::json::parse(header);
+}
+
+void write_done_marker(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "DONE").string();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create '" + path + "': " + std::strerror(errno));
+  try {
+    write_all(fd, "complete\n", 9, path);
+    if (::fsync(fd) != 0)
+      throw std::runtime_error("cannot fsync '" + path + "': " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  fsync_dir(dir);
+}
+
+void check_writable_dir(const std::string& dir, int rank) {
+  auto fail = [&](const std::string& why) {
+    throw std::invalid_argument("--save-dir '" + dir + "' cannot hold checkpoints" +
+                                (rank > 0 ? " on rank " + std::to_string(rank) : "") + ": " +
+                                why + "; give a writable directory");
+  };
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create it (" + ec.message() + ")");
+  if (!fs::is_directory(dir)) fail("it is not a directory");
+  const std::string probe = (fs::path(dir) / (".pntrain_probe." + std::to_string(rank) + "." +
+                                               std::to_string(::getpid())))
+                                .string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(std::string("cannot create a file in it (") + std::strerror(errno) + ")");
+  const bool ok = ::write(fd, "probe\n", 6) == 6 && ::fsync(fd) == 0;
+  const std::string why = std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) fail("cannot write a file in it (" + why + ")");
+}
+
 std::string last_checkpoint(const std::string& save_dir) {
   std::ifstream in(fs::path(save_dir) / "last");
   std::string name;
@@ -117,12 +170,12 @@ std::string last_checkpoint(const std::string& save_dir) {
 }
 
 void commit_checkpoint(const std::string& save_dir, const std::string& dir) {
-  { std::ofstream(fs::path(dir) / "DONE") << "complete\n"; }
-  fsync_dir(dir);
+  write_done_marker(dir);
   const fs::path last = fs::path(save_dir) / "last", tmp = fs::path(save_dir) / "last.tmp";
   {
     std::ofstream out(tmp);
     out << fs::path(dir).filename().string() << "\n";
+    out.flush();
     if (!out) throw std::runtime_error("cannot write '" + tmp.string() + "'");
   }
   fs::rename(tmp, last);

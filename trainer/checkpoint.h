@@ -23,6 +23,16 @@ void write_checkpoint_file(const std::string& path, const CheckpointFile& f);
 // Reads and verifies magic, length and CRC32. Throws std::runtime_error naming what is wrong.
 CheckpointFile read_checkpoint_file(const std::string& path);
 
+// Reads only the JSON header of a checkpoint file (no CRC check: the payload is not read).
+nlohmann::json read_checkpoint_header(const std::string& path);
+// Writes dir/DONE (the mark of a complete checkpoint), fsync'ed. Throws std::runtime_error.
+void write_done_marker(const std::string& dir);
+
+// Creates dir and writes, fsyncs and removes a probe file in it, so that a save directory that
+// cannot hold checkpoints stops the run before training. Throws std::invalid_argument naming
+// the path, the rank and the reason.
+void check_writable_dir(const std::string& dir, int rank);
+
 // The newest complete checkpoint directory under save_dir ("" when none).
 std::string last_checkpoint(const std::string& save_dir);
 // Marks dir complete and points save_dir/last at it (rank 0, after all ranks wrote).

@@ -3,6 +3,7 @@
 // command line wins over the file.
 #pragma once
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,6 @@ struct Options {
   int save_interval_updates = 0;       // 0: save only at the end (when --save-dir is given)
   int keep_last = 0;                   // 0: keep every checkpoint
   int threads = 0;  // 0: cores of the node divided by its ranks
-  // auto: cuda when built with it and a GPU is visible, else cpu; sim: the CPU stand-in for a
-  // GPU (kernels/sim_device.h), for testing the device path without one.
-  std::string device = "auto";
   // gradient all-reduce, guards, failure handling
   double bucket_mb = 4;           // overlapped all-reduce bucket size; 0: one all-reduce after
   bool log_timing = false;        // print the per-update time split
@@ -59,7 +57,7 @@ struct Options {
   bool eval_only = false;
   int patience = 0;               // stop after N validations without improvement (0: off)
   std::string pn_eval_state = "rank0";  // rank-local norm state used in evaluation: rank0|mean
-  // translation (issue 8): --arch transformer; --data holds <split>.<lang> files
+  // translation: --arch transformer; --data holds <split>.<lang> files
   std::string arch = "transformer_lm";  // transformer_lm | transformer
   std::string source_lang = "de", target_lang = "en";
   std::string train_subset = "train", valid_subset = "valid", gen_subset = "test";
@@ -82,6 +80,24 @@ struct Options {
   // reproduction of the paper
   std::string pn_variant = "paper";  // PN's math: paper (Algorithm 2) or authors (their code)
   std::string pn_warmup_psi = "cumulative";  // PN's running psi^2 in warmup: cumulative | ema
+  // fairseq's flags with fairseq's meaning, schedules, run control and startup notes
+  int save_interval = 0;          // save at the end of every N epochs (0: off)
+  int keep_last_epochs = 0;       // keep the newest N checkpoints (as --keep-last; 0: all)
+  std::string adam_betas;         // "(0.9, 0.98)": sets adam_beta1/2
+  std::string optimizer = "adam"; // adam only
+  std::string device = "auto";    // auto | cpu | cuda | sim (--cpu: cpu; sim: the CPU stand-in
+                                  // for a GPU, kernels/sim_device.h, for tests)
+  std::string precision = "fp32"; // fp32 | tf32 | bf16 (--bf16, --fp16: bf16)
+  std::string log_format = "simple";  // simple | json | glog
+  double min_lr = 0.0;            // cosine: the floor of each period
+  int lr_period_updates = -1;     // cosine: updates of the first period (-1: max_update - warmup)
+  double lr_shrink = 0.1;         // cosine: lr and min_lr shrink by this each period
+  double t_mult = 1.0;            // cosine: each period is t_mult times the previous
+  double end_learning_rate = 0.0; // polynomial_decay: the lr after total_num_update
+  double power = 1.0;             // polynomial_decay: exponent of the decay
+  int total_num_update = -1;      // polynomial_decay: updates of the decay (-1: max_update)
+  std::set<std::string> given;    // flags given on the command line or in --config
+  std::vector<std::string> notes; // messages of the parse for rank 0 to print (rounded values)
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws
@@ -89,6 +105,17 @@ struct Options {
 bool parse_options(int argc, char** argv, Options* out, std::string* help);
 // Checks values against each other (after parsing), throwing std::invalid_argument.
 void validate_options(const Options& o);
+// The version string of --version.
+std::string version_string();
+// The model and task flags a checkpoint stores (flag name -> value as JSON text), so that
+// --eval-only and resuming need none of them repeated.
+std::vector<std::pair<std::string, std::string>> model_config_flags(const Options& o);
+// Takes the stored flags into o; a flag given (o.given) with another value is refused naming
+// both values and the checkpoint. Unknown stored names are ignored (newer checkpoints).
+void apply_checkpoint_flags(const std::vector<std::pair<std::string, std::string>>& stored,
+                            const std::string& checkpoint, Options* o);
+// Closest flag name to an unknown one ("" when none is near), for "did you mean".
+std::string nearest_flag(const std::string& unknown);
 // Norm options of one place ("self", "ff" or "final") from the flat options.
 NormOptions norm_options(const Options& o, const std::string& kind);
 // Statistics batches of a batch-type norm per rank and micro-step: 1, or the ghost groups.

@@ -13,11 +13,16 @@
 #include <limits>
 #include <thread>
 #include <sys/resource.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <csignal>
 #include <stdexcept>
 
 #include "kernels/device.h"
 #include "kernels/kernels.h"
 #include "trainer/checkpoint.h"
+#include "trainer/interrupt.h"
 #include "trainer/schedule.h"
 
 namespace pn {
@@ -147,8 +152,9 @@ void Trainer::setup() {
   update_sums_.assign(5, 0.0);
   std::string restore = opt_.restore_file;
   if (restore.empty() && !opt_.save_dir.empty()) restore = last_checkpoint(opt_.save_dir);
-  if (!restore.empty()) restore_checkpoint(restore);
+  if (!restore.empty()) restore_checkpoint(restore), last_checkpoint_ = restore;
   if (comm_.rank() == 0 && !opt_.metrics.empty()) {
+    if (start_update_ > 0 && !opt_.eval_only) truncate_metrics();
     metrics_.open(opt_.metrics, std::ios::out | (start_update_ > 0 ? std::ios::app : std::ios::trunc));
     if (!metrics_)
       throw std::runtime_error("cannot write the metrics file '" + opt_.metrics +
@@ -207,6 +213,52 @@ void Trainer::log_lm_summary() {
             << " heads, ffn " << c.ffn_dim << ", norms self=" << c.norm_self.kind
             << " ff=" << c.norm_ff.kind << " final=" << c.norm_final.kind << ", dropout "
             << c.dropout;
+}
+
+void Trainer::truncate_metrics() {
+  // The records past the restored update were written by the run that was cut off; the resumed
+  // run writes them again, so the file keeps one history.
+  std::ifstream in(opt_.metrics);
+  if (!in) return;
+  std::vector<std::string> keep;
+  size_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("update") && j["update"].is_number() &&
+        j["update"].get<int64_t>() > start_update_)
+      ++dropped;
+    else
+      keep.push_back(line);
+  }
+  in.close();
+  if (dropped == 0) return;
+  const std::string tmp = opt_.metrics + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const std::string& line : keep) out << line << '\n';
+    if (!out)
+      throw std::runtime_error("cannot rewrite the metrics file '" + opt_.metrics + "' (via '" +
+                               tmp + "'): check that its directory is writable");
+  }
+  std::filesystem::rename(tmp, opt_.metrics);
+  LOG(INFO) << "metrics " << opt_.metrics << ": dropped " << dropped
+            << " records past the restored update " << start_update_;
+}
+
+std::string Trainer::vocab_fingerprint() const {
+  // CRC32 of the words in index order: the same data gives the same ids.
+  uLong c = crc32(0L, Z_NULL, 0);
+  size_t n = 0;
+  auto add = [&](const Vocabulary& v) {
+    for (const std::string& w : v.words)
+      c = crc32(c, reinterpret_cast<const Bytef*>(w.c_str()), uInt(w.size() + 1));
+    n += v.words.size();
+  };
+  if (mt_) add(parallel_.src_vocab), add(parallel_.tgt_vocab);
+  else add(corpus_.vocab);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu words, crc32 %08lx", n, (unsigned long)c);
+  return buf;
 }
 
 void Trainer::write_metrics(const std::string& line) {
@@ -308,11 +360,23 @@ GenerateResult Trainer::generate(const ParallelSplit& split, const GenerateOptio
   out.first = begin;
   const std::vector<std::vector<int32_t>> srcs(split.src.begin() + begin,
                                                split.src.begin() + end);
-  if (current_device() != Device::CPU)
-    throw std::runtime_error("beam search runs on the CPU only so far: evaluate BLEU with "
-                             "--device cpu (the checkpoint is device-independent)");
   std::vector<Hypothesis> hyps;
-  with_eval_state([&] { hyps = beam_search(*mt_, srcs, g); });
+  with_eval_state([&] {
+    if (current_device() == Device::CPU) return void(hyps = beam_search(*mt_, srcs, g));
+    // Beam search has no device path yet: decode with a CPU copy of the model (its parameters
+    // and evaluation norm state), which needs no communication (inference norms are row-wise).
+    const std::vector<float> values = params().data.to_host();
+    std::vector<std::vector<double>> states;
+    for (Norm<float>* n : norms())
+      for (const StateTensor& t : n->state()) states.push_back(read_state(t));
+    DeviceScope host(Device::CPU);
+    TranslationModel<float> copy(mt_->config, opt_.seed, &comm_);
+    copy.params.data.from_host(values);
+    size_t k = 0;
+    for (Norm<float>* n : copy.norms())
+      for (const StateTensor& t : n->state()) write_state(t, states[k++].data());
+    hyps = beam_search(copy, srcs, g);
+  });
   const Vocabulary& tv = parallel_.tgt_vocab;
   for (int64_t i = begin; i < end; ++i) {
     std::string line;
@@ -356,9 +420,10 @@ Fault parse_fault(const std::string& spec) {
     f.kind = "";
   }
   if (at == std::string::npos ||
-      (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb"))
-    throw std::invalid_argument("--debug-fault '" + spec +
-                                "' is malformed: use nan@U, exit@U:R, hang@U:R or perturb@U:R");
+      (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb" &&
+       f.kind != "sigterm" && f.kind != "savefail"))
+    throw std::invalid_argument("--debug-fault '" + spec + "' is malformed: use nan@U, " +
+                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R or savefail@U:R");
   return f;
 }
 
@@ -406,7 +471,7 @@ void Trainer::check_consistency(int64_t update) {
   double worst[2] = {first_bad, first_bad >= 0 ? double(comm_.rank()) : -1};
   comm_.allreduce_max(worst, 2);
   if (worst[0] >= 0)
-    throw std::runtime_error(
+    throw AgreedError(
         "parameters differ across ranks at update " + std::to_string(update) + ": tensor '" +
         specs[size_t(worst[0])].name + "' on rank " + std::to_string(int(worst[1])) +
         " differs from rank 0 (a bug, a bit flip or non-deterministic hardware): " +
@@ -453,6 +518,15 @@ TrainResult Trainer::train() {
     order = std::make_unique<SampleOrder>(train_set->count, opt_.seed);
     // Samples per micro-batch over all ranks: the update's tokens do not depend on its split.
     const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
+    const int64_t update_samples = micro_samples * opt_.update_freq;
+    if (rank == 0 && train_set->count < update_samples)
+      LOG(WARNING) << "the training split holds " << train_set->count << " samples of "
+                   << opt_.tokens_per_sample << " tokens (" << corpus_.train.size()
+                   << " tokens), fewer than one update takes (" << update_samples
+                   << " samples = --max-tokens " << opt_.max_tokens << " x " << R
+                   << " ranks x --update-freq " << opt_.update_freq
+                   << "): samples repeat within every update; lower --max-tokens or "
+                   << "--update-freq, or give more data";
     const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
     epoch_of = [&, micro_samples](int64_t update) {
       return double(update * opt_.update_freq * micro_samples) / double(train_set->count);
@@ -471,7 +545,61 @@ TrainResult Trainer::train() {
   const size_t nparam = params.size();
   plan_buckets();
   TrainResult result;
+  Schedule schedule;
+  schedule.scheduler = opt_.lr_scheduler;
+  schedule.lr = opt_.lr;
+  schedule.warmup_init_lr = opt_.warmup_init_lr;
+  schedule.warmup_updates = opt_.warmup_updates;
+  schedule.max_update = opt_.max_update;
+  schedule.min_lr = opt_.min_lr;
+  schedule.lr_shrink = opt_.lr_shrink;
+  schedule.t_mult = opt_.t_mult;
+  schedule.lr_period_updates = opt_.lr_period_updates;
+  schedule.end_learning_rate = opt_.end_learning_rate;
+  schedule.power = opt_.power;
+  schedule.total_num_update = opt_.total_num_update;
+  const int keep = opt_.keep_last > 0 ? opt_.keep_last : opt_.keep_last_epochs;
+  const bool json_log = opt_.log_format == "json";
+  if (rank == 0 && !json_log)
+    LOG(INFO) << "progress lines: loss, nll and ppl average over the target tokens of the "
+              << "updates since the previous line; tok/s counts target tokens of all ranks";
   const double t_start = now_s();
+  int log_updates = 0;
+  // The end of every update, skipped ones too: checkpoints at intervals and at the end, and the
+  // stop on SIGINT/SIGTERM that every rank agrees on. Returns true when training ends here.
+  auto end_update = [&](int64_t update, bool last, bool stop) {
+    // fairseq's --save-interval: at the end of every N-th epoch.
+    const double epoch_done = std::floor(epoch_of(update + 1));
+    const bool epoch_save = opt_.save_interval > 0 && epoch_done > std::floor(epoch_of(update)) &&
+                            int64_t(epoch_done) % opt_.save_interval == 0;
+    // Every rank stops after the same update: the flag of any rank that was signalled.
+    double signal = interrupt_signal();
+    if (R > 1) comm_.allreduce_max(&signal, 1);
+    const bool final_save = last || stop || signal > 0;
+    if (!opt_.save_dir.empty() &&
+        (final_save || epoch_save ||
+         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0))) {
+      if (!save_checkpoint(update + 1, "", keep, final_save) && final_save)
+        result.final_save_failed = true;
+    }
+    if (signal > 0) {
+      result.interrupted = int(signal);
+      if (rank == 0)
+        LOG(WARNING) << "interrupted (" << (int(signal) == SIGINT ? "SIGINT" : "SIGTERM")
+                     << ") at update " << update + 1
+                     << (opt_.save_dir.empty()
+                             ? "; nothing saved (no --save-dir)"
+                             : result.final_save_failed ? "; its checkpoint was not saved"
+                                                        : "; the same command resumes");
+      return true;
+    }
+    return stop;
+  };
+  auto is_last = [&](int64_t update) {
+    return update + 1 == opt_.max_update ||
+           (opt_.max_epoch > 0 && epoch_of(update + 1) >= opt_.max_epoch);
+  };
+
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
   int bad_in_row = 0, validations_without_gain = 0;
   double best_valid = std::numeric_limits<double>::infinity();
@@ -497,6 +625,7 @@ TrainResult Trainer::train() {
         v += 1.0f;
         copy_to_device(at, &v, sizeof v);
       }
+      if (fault.kind == "sigterm") ::kill(::getpid(), SIGTERM);  // as Slurm or Ctrl-C would
     }
     const double t0 = now_s();
     const double comm0 = comm_.collective_seconds;
@@ -553,8 +682,9 @@ TrainResult Trainer::train() {
         m << "the training loss or gradient was NaN/Inf for " << bad_in_row
           << " updates in a row (last loss " << loss << " at update " << update + 1
           << "): lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
-        throw std::runtime_error(m.str());
+        throw AgreedError(m.str());
       }
+      if (end_update(update, is_last(update), false)) break;
       continue;
     }
     bad_in_row = 0;
@@ -564,8 +694,7 @@ TrainResult Trainer::train() {
       if (gnorm > opt_.clip_norm)
         k::scale_inplace<float>(params.grad.data(), nparam, float(opt_.clip_norm / gnorm));
     }
-    const double lr = learning_rate(opt_.lr_scheduler, opt_.lr, opt_.warmup_init_lr,
-                                    opt_.warmup_updates, update + 1);
+    const double lr = learning_rate(schedule, update + 1);
     k::adam_update(params.data.data(), params.grad.data(), adam_m_.data(), adam_v_.data(), nparam,
                    float(lr), float(opt_.adam_beta1), float(opt_.adam_beta2),
                    float(opt_.adam_eps), float(opt_.weight_decay), update + 1);
@@ -576,6 +705,8 @@ TrainResult Trainer::train() {
     result.last_nll = nll;
     result.losses.push_back(loss);
     log_loss += sums[0], log_nll += sums[1], log_tokens += ntok, log_time += wall;
+    ++log_updates;
+    result.tokens += ntok;
     if (rank == 0) {
       nlohmann::json j = {{"update", update + 1}, {"loss", loss},          {"nll_loss", nll},
                           {"ntokens", ntok},      {"lr", lr},              {"wall_s", wall},
@@ -602,35 +733,66 @@ TrainResult Trainer::train() {
                   << 1e3 * optim_s << " ms | peak rss " << std::setprecision(0) << peak_rss_mb()
                   << " MB";
       if ((update + 1) % opt_.log_interval == 0 || update == 0) {
-        std::ostringstream line;
-        line << std::fixed << std::setprecision(3) << "update " << update + 1 << " | epoch "
-             << std::setprecision(2) << epoch_of(update) << std::setprecision(3)
-             << " | loss " << log_loss / log_tokens << " | nll " << log_nll / log_tokens
-             << " | ppl " << std::setprecision(2) << std::exp(log_nll / log_tokens)
-             << std::scientific << std::setprecision(3) << " | lr " << lr << std::fixed
-             << std::setprecision(0) << " | tok/s " << log_tokens / log_time << " | wall "
-             << std::setprecision(1) << now_s() - t_start << "s";
-        if (corpus_.entropy_floor > 0)
-          line << std::setprecision(3) << " | floor " << corpus_.entropy_floor;
-        LOG(INFO) << line.str();
+        const double elapsed = now_s() - t_start;
+        const double eta = elapsed / double(update + 1 - start_update_) *
+                           double(opt_.max_update - update - 1);
+        if (json_log) {
+          nlohmann::json p = {{"update", update + 1},
+                              {"max_update", opt_.max_update},
+                              {"epoch", epoch_of(update + 1)},
+                              {"loss", log_loss / log_tokens},
+                              {"nll_loss", log_nll / log_tokens},
+                              {"ppl", std::exp(log_nll / log_tokens)},
+                              {"averaged_updates", log_updates},
+                              {"lr", lr},
+                              {"tokens_per_s", log_tokens / log_time},
+                              {"wall_s", elapsed},
+                              {"eta_s", eta}};
+          LOG(INFO) << p.dump();
+        } else {
+          const int64_t eta_s = int64_t(eta + 0.5);
+          std::ostringstream line;
+          line << std::fixed << std::setprecision(3) << "update " << update + 1 << "/"
+               << opt_.max_update << " | epoch " << std::setprecision(2)
+               << epoch_of(update + 1) << std::setprecision(3) << " | loss "
+               << log_loss / log_tokens << " | nll " << log_nll / log_tokens << " | ppl "
+               << std::setprecision(2) << std::exp(log_nll / log_tokens) << " (of "
+               << log_updates << (log_updates == 1 ? " update" : " updates") << ")"
+               << std::scientific << std::setprecision(3) << " | lr " << lr << std::fixed
+               << std::setprecision(0) << " | tok/s " << log_tokens / log_time << " | wall "
+               << std::setprecision(1) << elapsed << "s | eta ";
+          if (eta_s >= 3600) line << eta_s / 3600 << "h" << std::setw(2) << std::setfill('0')
+                                  << eta_s / 60 % 60 << "m";
+          else if (eta_s >= 60) line << eta_s / 60 << "m" << std::setw(2) << std::setfill('0')
+                                     << eta_s % 60 << "s";
+          else line << eta_s << "s";
+          if (corpus_.entropy_floor > 0)
+            line << std::setprecision(3) << " | floor " << corpus_.entropy_floor;
+          LOG(INFO) << line.str();
+        }
+        log_updates = 0;
         log_loss = log_nll = log_tokens = log_time = 0;
       }
     }
     if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 && R > 1)
       check_consistency(update + 1);
-    const bool last = update + 1 == opt_.max_update;
+    const bool last = is_last(update);
     bool stop = false;
     if (opt_.validate_interval_updates > 0 &&
         ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
       const EvalResult v = mt_ ? evaluate(parallel_.valid) : evaluate(corpus_.valid);
       result.valid_nll = v.nll;
       if (rank == 0) {
-        LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
-                  << " | loss " << v.nll << " | ppl " << std::setprecision(2) << std::exp(v.nll)
-                  << " | tokens " << int64_t(v.ntokens);
         nlohmann::json j = {{"update", update + 1},
                             {"valid_loss", v.nll},
                             {"valid_ppl", std::exp(v.nll)}};
+        if (json_log)
+          LOG(INFO) << nlohmann::json({{"valid", j}, {"tokens", int64_t(v.ntokens)}}).dump();
+        else
+          LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
+                    << " | loss " << v.nll << " | ppl " << std::setprecision(2)
+                    << std::exp(v.nll) << " | tokens " << int64_t(v.ntokens)
+                    << " (every valid token)";
         write_metrics(j.dump());
       }
       if (v.nll < best_valid) {
@@ -645,12 +807,11 @@ TrainResult Trainer::train() {
       }
     }
     if (watchdog_) watchdog_->beat("validation or a checkpoint");
-    if (!opt_.save_dir.empty() &&
-        (last || stop ||
-         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0)))
-      save_checkpoint(update + 1);
-    if (stop) break;
+    if (end_update(update, last, stop)) break;
   }
+  result.wall_s = now_s() - t_start;
+  if (std::isfinite(best_valid)) result.best_valid_nll = best_valid;
+  result.checkpoint = last_checkpoint_;
   return result;
 }
 
@@ -699,22 +860,49 @@ void append(std::vector<char>* out, const V& v) {
 }
 }  // namespace
 
-bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
+bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep, bool final) {
   namespace fs = std::filesystem;
   // A named checkpoint (checkpoint_best) is written beside its old copy and swapped in.
   const std::string final_dir =
       (fs::path(opt_.save_dir) / (name.empty() ? "checkpoint_" + std::to_string(update) : name))
           .string();
   const std::string dir = name.empty() ? final_dir : final_dir + ".new";
+  const std::string previous =
+      last_checkpoint_.empty() ? "no checkpoint of this run is on disk yet"
+                               : "the previous checkpoint " + last_checkpoint_ + " is intact";
   if (!k::all_finite(params().data.data(), params().size())) {
     if (comm_.rank() == 0)
-      LOG(ERROR) << "checkpoint " << final_dir << " not saved: parameters are not finite";
+      LOG(ERROR) << "checkpoint " << final_dir << " not saved: parameters are not finite; "
+                 << previous;
     return false;
   }
-  double failed = 0;
   std::string error;
+  // Only what this save created is removed on failure (not a file that was in the way).
+  const bool ours = !name.empty() || !fs::exists(dir);
+  // Every rank learns whether all files are on disk; the lowest failing rank reports, once.
+  auto agree = [&]() {
+    double who = error.empty() ? 0.0 : double(comm_.size() - comm_.rank());
+    comm_.allreduce_max(&who, 1);
+    if (who == 0) return true;
+    const int first = comm_.size() - int(who);
+    if (comm_.rank() == first)
+      LOG(ERROR) << "checkpoint " << final_dir << " not saved"
+                 << (comm_.size() > 1 ? " (rank " + std::to_string(first) + ")" : std::string())
+                 << ": " << error << "; " << previous
+                 << (final ? "" : "; training continues");
+    if (comm_.rank() == 0 && ours) {  // no half-written checkpoint_N/ or checkpoint_best.new/
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+    comm_.barrier();
+    return false;
+  };
   try {
     fs::create_directories(dir);
+    const Fault fault = parse_fault(opt_.debug_fault);
+    if (fault.kind == "savefail" && fault.update == update && fault.rank == comm_.rank())
+      throw std::runtime_error("cannot write '" + dir + "' (--debug-fault " + opt_.debug_fault +
+                               ")");
     CheckpointFile rank_file;
     rank_file.header = {{"update", update}, {"rank", comm_.rank()}, {"world_size", comm_.size()}};
     nlohmann::json tensors = nlohmann::json::array();
@@ -727,6 +915,12 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
     rank_file.header["state"] = tensors;
     write_checkpoint_file(dir + "/rank" + std::to_string(comm_.rank()) + ".bin", rank_file);
     if (comm_.rank() == 0) {
+      // The flags that built the model and its data, so that --eval-only and resuming need
+      // none repeated (an absolute data path serves from any directory).
+      nlohmann::json config = nlohmann::json::object();
+      for (const auto& [flag, value] : model_config_flags(opt_))
+        config[flag] = nlohmann::json::parse(value);
+      if (opt_.data != "builtin") config["data"] = fs::absolute(opt_.data).lexically_normal().string();
       CheckpointFile model_file;
       model_file.header = {{"format", "pntrain-checkpoint-1"},
                            {"update", update},
@@ -734,6 +928,8 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
                            {"seed", opt_.seed},
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
+                           {"config", config},
+                           {"vocab", vocab_fingerprint()},
                            {"params", param_table(params())}};
       model_file.payload.reserve(3 * params().size() * sizeof(float));
       append(&model_file.payload, params().data.to_host());
@@ -742,31 +938,37 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name) {
       write_checkpoint_file(dir + "/model.bin", model_file);
     }
   } catch (const std::exception& e) {
-    failed = 1;
     error = e.what();
   }
-  comm_.allreduce_max(&failed, 1);  // every rank learns whether all files are on disk
-  if (failed > 0) {
-    LOG(ERROR) << "checkpoint " << final_dir << " not saved"
-               << (error.empty() ? " (another rank failed)" : ": " + error)
-               << "; the previous checkpoint is intact, training continues";
-    return false;
-  }
+  if (!agree()) return false;
   if (comm_.rank() == 0) {
-    if (name.empty()) {
-      commit_checkpoint(opt_.save_dir, dir);
-      prune_checkpoints(opt_.save_dir, opt_.keep_last, dir);
-    } else {
-      { std::ofstream(fs::path(dir) / "DONE") << "complete\n"; }
-      fs::remove_all(final_dir + ".old");
-      if (fs::exists(final_dir)) fs::rename(final_dir, final_dir + ".old");
-      fs::rename(dir, final_dir);
-      fs::remove_all(final_dir + ".old");
+    try {
+      if (name.empty()) {
+        commit_checkpoint(opt_.save_dir, dir);
+        prune_checkpoints(opt_.save_dir, keep, dir);
+      } else {
+        write_done_marker(dir);
+        fs::remove_all(final_dir + ".old");
+        if (fs::exists(final_dir)) fs::rename(final_dir, final_dir + ".old");
+        fs::rename(dir, final_dir);
+        fs::remove_all(final_dir + ".old");
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
     }
-    LOG(INFO) << "saved checkpoint " << final_dir;
   }
-  comm_.barrier();
+  if (!agree()) return false;
+  if (comm_.rank() == 0) LOG(INFO) << "saved checkpoint " << final_dir;
+  if (name.empty()) last_checkpoint_ = final_dir;
   return true;
+}
+
+std::vector<std::pair<std::string, std::string>> checkpoint_config(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const nlohmann::json h = read_checkpoint_header(dir + "/model.bin");
+  if (h.contains("config"))
+    for (const auto& [flag, value] : h["config"].items()) out.emplace_back(flag, value.dump());
+  return out;
 }
 
 void Trainer::restore_checkpoint(const std::string& dir) {
@@ -787,6 +989,12 @@ void Trainer::restore_checkpoint(const std::string& dir) {
     throw std::runtime_error("checkpoint '" + dir + "' is from another model shape (" + what +
                              "): use the --decoder-*, --norm* flags and data it was trained with");
   }
+  // Older checkpoints carry no fingerprint; the parameter shapes above still guard them.
+  if (m.header.contains("vocab") && m.header["vocab"].get<std::string>() != vocab_fingerprint())
+    throw std::invalid_argument(
+        "checkpoint '" + dir + "' was trained on another vocabulary (" +
+        m.header["vocab"].get<std::string>() + ") than --data " + opt_.data + " gives (" +
+        vocab_fingerprint() + "): use the data it was trained with");
   const size_t n = params().size();
   if (m.payload.size() != 3 * n * sizeof(float))
     throw std::runtime_error("checkpoint '" + dir + "/model.bin' has the wrong payload size");

@@ -4,6 +4,10 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
@@ -23,7 +27,21 @@ struct TrainResult {
   double last_loss = 0, last_nll = 0;
   double valid_nll = -1;  // per token, natural log
   std::vector<double> losses;  // training loss per update (per target token)
+  int interrupted = 0;         // SIGINT/SIGTERM that stopped the run after `updates`, or 0
+  bool final_save_failed = false;  // the end (or interrupt) checkpoint could not be written
+  double wall_s = 0, tokens = 0;   // this run's training time and target tokens (all ranks)
+  double best_valid_nll = -1;      // best validation loss of this run
+  std::string checkpoint;          // the newest checkpoint on disk ("" when none)
 };
+
+// An error every rank raises at the same point with the same message (a NaN loss after the
+// all-reduce, a failed cross-rank check): rank 0 reports it once and every rank exits cleanly.
+struct AgreedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The model and task flags of a checkpoint (model.bin's "config"), empty for older ones.
+std::vector<std::pair<std::string, std::string>> checkpoint_config(const std::string& dir);
 
 struct EvalResult {
   double loss = 0, nll = 0, ntokens = 0;  // per token
@@ -67,9 +85,13 @@ class Trainer {
   void with_eval_state(const std::function<void()>& fn);
   void log_model_summary();
   void log_lm_summary();
-  // Saves checkpoint_<update> (all ranks take part). Returns false and warns on failure,
-  // leaving the previous checkpoint intact.
-  bool save_checkpoint(int64_t update, const std::string& name = "");
+  // Saves checkpoint_<update> (all ranks take part). Returns false and warns once on failure,
+  // removing the half-written directory and leaving the previous checkpoint intact.
+  bool save_checkpoint(int64_t update, const std::string& name = "", int keep = 0,
+                       bool final = false);
+  // Rewrites the metrics file to hold only the records up to the restored update.
+  void truncate_metrics();
+  std::string vocab_fingerprint() const;
   void plan_buckets();
   void check_consistency(int64_t update);
   void restore_checkpoint(const std::string& dir);
@@ -89,6 +111,7 @@ class Trainer {
   std::ofstream metrics_;
   int64_t start_update_ = 0;
   bool restored_ = false;
+  std::string last_checkpoint_;  // newest complete checkpoint of this run on disk
   struct Bucket {
     size_t begin, end;
     Communicator::Request request;  // -1: not started in this update, -2: summed (staged)

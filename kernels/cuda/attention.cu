@@ -281,7 +281,17 @@ void attention_step(const float* q, int ldq, const float* k, const float* v, int
   if (N == 0) return;
   const float scale = 1.0f / std::sqrt(float(d / heads));
   const size_t smem = size_t(len > 0 ? len : 1) * sizeof(float);
-  if (smem > 48 * 1024) {  // beyond the default dynamic shared memory of a block
+  // The 48 KiB default covers static and dynamic shared memory together; beyond it the kernel
+  // must opt in, up to what the device allows per block minus the kernel's static part.
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_step_kernel));
+  if (smem + attr.sharedSizeBytes > 48 * 1024) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem + attr.sharedSizeBytes > size_t(optin))
+      fail("CUDA", "attention_step", "the key cache is too long for one block's shared memory",
+           __FILE__, __LINE__);
     CUDA_CHECK(cudaFuncSetAttribute(attention_step_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }

@@ -72,7 +72,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 }
 
 // ---- two-level column reduction (batch-type statistics and parameter gradients) -------------
-// Level 1: block (tile of 32 columns, chunk of kColRowChunk rows): thread (tx, ty) sums rows
+// Level 1: block (chunk of kColRowChunk rows, tile of 32 columns): thread (tx, ty) sums rows
 // ty, ty+8, ... of the chunk for column tile*32+tx in double, then the 8 row lanes are added in
 // lane order into part[(chunk*2 + k)*d + c] for the two sums k = 0, 1.
 // Level 2: each column adds its chunk partials in chunk order.
@@ -84,8 +84,8 @@ inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowC
 template <class Op>
 __global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d, double* part) {
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.x * kColTile + tx;
-  const int ch = blockIdx.y;
+  const int c = blockIdx.y * kColTile + tx;  // column tiles in y (few), row chunks in x (up
+  const int ch = blockIdx.x;                 // to 2^31-1, so no limit of 65535 chunks)
   const int r0 = ch * kColRowChunk;
   const int r1 = min(rows, r0 + kColRowChunk);
   double s0 = 0, s1 = 0;
@@ -138,7 +138,7 @@ void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0
   double* part = nullptr;
   if (nch > 0) {
     part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d);
-    const dim3 grid((d + kColTile - 1) / kColTile, nch), block(kColTile, kColLanes);
+    const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
     column_partials_kernel<<<grid, block, 0, s>>>(op, mask, rows, d, part);
     PN_LAUNCHED();
   }

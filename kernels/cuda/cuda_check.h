@@ -38,7 +38,8 @@ const char* cublas_status_string(cublasStatus_t s);
 namespace pn::cuda {
 
 // An owning array of n elements of device memory. Not copyable; moves transfer ownership.
-// upload()/download() are blocking conveniences for tests and setup code.
+// upload()/download() are blocking conveniences for tests and setup code (the training path
+// uses Buf<T>, kernels/buffer.h).
 template <class T>
 struct DeviceBuffer {
   T* ptr = nullptr;
@@ -72,13 +73,20 @@ struct DeviceBuffer {
     if (count) CUDA_CHECK(cudaMalloc(&ptr, count * sizeof(T)));
     n = count;
   }
-  void upload(const std::vector<T>& host) {
+  // Copies in stream order on `s` (the stream that will read it) and waits until the data has
+  // landed: a plain cudaMemcpy from pageable memory may return before the DMA completes, and
+  // kernels on a non-blocking stream do not wait for the legacy stream.
+  void upload(const std::vector<T>& host, cudaStream_t s = nullptr) {
     resize(host.size());
-    if (n) CUDA_CHECK(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    if (!n) return;
+    CUDA_CHECK(cudaMemcpyAsync(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
   }
-  std::vector<T> download() const {
+  std::vector<T> download(cudaStream_t s = nullptr) const {
     std::vector<T> host(n);
-    if (n) CUDA_CHECK(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    if (!n) return host;
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
     return host;
   }
   void release() {

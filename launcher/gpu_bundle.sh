@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# pn gpu-bundle DIR: everything a GPU machine that has CUDA, cuBLAS, NCCL and a driver (but no
+# MPI, Boost, glog, GoogleTest or OpenBLAS) needs to run `pn gpu-check` in one call.
+#
+# DIR/pn-gpu.tar.xz holds the CUDA build's executables (sm_80 and sm_90 by default) and every
+# shared library they load that is neither the C library nor part of the CUDA toolkit (which the
+# GPU machine brings), plus MPI's launcher and plug-ins when present, so that a 2-rank run can
+# come along. Measured: about 20 MB compressed. Usage: launcher/gpu_bundle.sh BUILD_DIR DIR
+set -euo pipefail
+BUILD="$1"
+OUT="$2"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/bin" "$STAGE/lib" "$OUT"
+
+bins=("$BUILD/bin/pntrain" "$BUILD/bin/pnbench_cuda_norms" "$BUILD/tests/pn_tests"
+      "$BUILD/tests/cuda/pn_cuda_tests")
+[ -x "$BUILD/tests/cuda/pn_cuda_mpi_tests" ] && bins+=("$BUILD/tests/cuda/pn_cuda_mpi_tests")
+[ -x "$BUILD/tests/pn_mpi_tests" ] && bins+=("$BUILD/tests/pn_mpi_tests")
+for b in "${bins[@]}"; do
+  [ -x "$b" ] || { echo "pn gpu-bundle: $b is missing: build with CUDA first (PN_CUDA=ON)" >&2; exit 2; }
+  grep -q "cudaLaunchKernel\|__cudaRegisterFatBinary" "$b" ||
+    { echo "pn gpu-bundle: $b has no CUDA code: rebuild with PN_CUDA=ON" >&2; exit 2; }
+  cp "$b" "$STAGE/bin/"
+done
+
+# Every library the executables load, except the C library's own and the CUDA toolkit's.
+for b in "${bins[@]}"; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
+  while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
+
+# Open MPI's launcher and plug-ins, for the 2-rank staged check (optional).
+if command -v mpirun >/dev/null; then
+  mkdir -p "$STAGE/mpi/bin"
+  cp -L "$(command -v orterun 2>/dev/null || command -v mpirun)" "$STAGE/mpi/bin/mpirun"
+  for plug in /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3 /usr/lib/x86_64-linux-gnu/openmpi/lib; do
+    [ -d "$plug" ] && { mkdir -p "$STAGE/mpi/plugins"; cp -L "$plug"/*.so "$STAGE/mpi/plugins/" 2>/dev/null || true; }
+  done
+  [ -d /usr/share/openmpi ] && cp -rL /usr/share/openmpi "$STAGE/mpi/share"
+  # The plug-ins' own libraries (hwloc, event, pmix, ...), as for the executables.
+  for p in "$STAGE"/mpi/plugins/*.so "$STAGE/mpi/bin/mpirun"; do ldd "$p" 2>/dev/null; done |
+    awk '/=> \//{print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
+    while read -r lib; do [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"; done
+fi
+
+# The PTB corpus for the tokens/s comparison, when it is beside the repository.
+[ -d "$ROOT/../shared/data/ptb" ] && cp -r "$ROOT/../shared/data/ptb" "$STAGE/ptb"
+git -C "$ROOT" rev-parse HEAD > "$STAGE/COMMIT" 2>/dev/null || echo unknown > "$STAGE/COMMIT"
+tar -C "$STAGE" -cJf "$OUT/pn-gpu.tar.xz" .
+echo "pn gpu-bundle: $OUT/pn-gpu.tar.xz ($(du -h "$OUT/pn-gpu.tar.xz" | cut -f1)); on the GPU" \
+     "machine: launcher/pn gpu-check --bundle $OUT --out REPORT_DIR"

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# pn gpu-check --bundle DIR --out REPORT_DIR: the GPU checks of pntrain in one call of under ten
+# minutes, on a machine with a GPU, its driver and CUDA (cuBLAS, NCCL, compute-sanitizer) but
+# none of pntrain's other dependencies, which DIR (from `pn gpu-bundle DIR`) brings.
+#
+# Steps, each with its own time limit, each recorded in REPORT_DIR/report.txt and report.json:
+#   versions        nvidia-smi, the driver, nvcc
+#   cuda_tests      every CUDA kernel and NCCL test with PN_CUDA_REQUIRED=1 (a skip fails)
+#   memcheck        compute-sanitizer --tool memcheck over the kernel tests
+#   racecheck       compute-sanitizer --tool racecheck over the kernel tests with shared memory
+#   device_vs_cpu   the training comparisons: LM with every norm, translation, repeatability,
+#                   checkpoints between devices (pn_tests' cuda cases, PN_CUDA_REQUIRED=1)
+#   nccl_2ranks     2 ranks on the one GPU through the staged fallback, when MPI came along
+#   throughput      configs/ptb_small.ini tokens/s on the GPU next to the CPU
+set -uo pipefail
+BUNDLE="" OUT=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$BUNDLE" ] && [ -n "$OUT" ] || { echo "usage: pn gpu-check --bundle DIR --out REPORT_DIR" >&2; exit 2; }
+[ -f "$BUNDLE/pn-gpu.tar.xz" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.xz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+B="$(mktemp -d)"
+trap 'rm -rf "$B"' EXIT
+tar -C "$B" -xJf "$BUNDLE/pn-gpu.tar.xz"
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
+: > "$OUT/report.txt"
+echo "[" > "$OUT/steps.json"
+first=1
+# step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
+step() {
+  local name="$1" limit="$2"; shift 2
+  local t0=$SECONDS rc
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  local secs=$((SECONDS - t0)) status=pass
+  [ $rc -ne 0 ] && status=fail
+  [ $rc -eq 124 ] && status=timeout
+  printf '%-14s %-8s %4ss  %s\n' "$name" "$status" "$secs" "$(tail -n 1 "$OUT/$name.log" | cut -c1-120)" |
+    tee -a "$OUT/report.txt"
+  [ $first -eq 1 ] || echo "," >> "$OUT/steps.json"
+  first=0
+  printf '{"step": "%s", "status": "%s", "rc": %d, "seconds": %d}' "$name" "$status" "$rc" "$secs" >> "$OUT/steps.json"
+}
+
+echo "pn gpu-check of commit $(cat "$B/COMMIT") on $(hostname), $(date -u +%FT%TZ)" | tee -a "$OUT/report.txt"
+step versions 30 bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version || true'
+step cuda_tests 200 "$B/bin/pn_cuda_tests" --gtest_output="json:$OUT/cuda_tests.json"
+SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+step memcheck 150 "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
+  --gtest_filter='CudaKernels.*:CudaNormKernels.*:CudaNormLayers.*'
+step racecheck 120 "$SAN" --tool racecheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
+  --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
+step device_vs_cpu 200 "$B/bin/pn_tests" --gtest_filter='*cuda*:Devices.*' \
+  --gtest_output="json:$OUT/device_vs_cpu.json"
+if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
+  export OMPI_MCA_mca_base_component_path="$B/mpi/plugins" OPAL_PKGDATADIR="$B/mpi/share"
+  step nccl_2ranks 90 "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
+    "$B/bin/pn_cuda_mpi_tests"
+fi
+if [ -d "$B/ptb" ]; then
+  for dev in cuda cpu; do
+    step "throughput_$dev" 120 "$B/bin/pntrain" --config "$ROOT/configs/ptb_small.ini" \
+      --data "$B/ptb" --device "$dev" --max-update 40 --validate-interval-updates 0 \
+      --log-interval 10 --metrics "$OUT/throughput_$dev.jsonl"
+  done
+  python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
+import json, statistics, sys
+out = sys.argv[1]
+rate = {}
+for dev in ("cuda", "cpu"):
+    try:
+        rows = [json.loads(l) for l in open(f"{out}/throughput_{dev}.jsonl")]
+        tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][5:]
+        rate[dev] = statistics.median(tps)
+    except Exception as e:
+        rate[dev] = None
+print("throughput     ptb_small.ini tokens/s (median of updates 6-40): "
+      f"cuda {rate['cuda']}, cpu {rate['cpu']}"
+      + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
+PY
+fi
+echo "]" >> "$OUT/steps.json"
+python3 - "$OUT" <<'PY' || true
+import json, sys
+out = sys.argv[1]
+steps = json.load(open(f"{out}/steps.json"))
+json.dump({"steps": steps, "passed": all(s["status"] == "pass" for s in steps)},
+          open(f"{out}/report.json", "w"), indent=1)
+PY
+if grep -qE ' (fail|timeout) ' "$OUT/report.txt"; then
+  echo "pn gpu-check: FAILED (see $OUT/report.txt and the step logs)"; exit 1
+fi
+echo "pn gpu-check: every step passed ($OUT/report.txt)"

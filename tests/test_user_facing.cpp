@@ -1,0 +1,249 @@
+// What a new user meets first: flag names and their fairseq meanings, --help, the learning-rate
+// schedules (against values computed by hand), and checkpoints that carry their configuration.
+#include <glog/logging.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "lm_fixtures.h"
+#include "trainer/checkpoint.h"
+#include "trainer/options.h"
+#include "trainer/schedule.h"
+#include "trainer/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace pn {
+namespace {
+
+Options parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "pntrain");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Options o;
+  std::string help;
+  EXPECT_TRUE(parse_options(int(argv.size()), argv.data(), &o, &help));
+  return o;
+}
+
+std::string parse_error(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
+  // fairseq's --save-interval is epochs; it no longer becomes --save-interval-updates.
+  Options o = parse({"--save-interval", "1"});
+  EXPECT_EQ(o.save_interval, 1);
+  EXPECT_EQ(o.save_interval_updates, 0);
+  EXPECT_NE(parse_error({"--save-interval-upd", "1"}).find("did you mean --save-interval-updates"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--dropuot", "0.1"}).find("did you mean --dropout"), std::string::npos);
+  EXPECT_NE(parse_error({"--num-workers", "4"}).find("pntrain has no --num-workers"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--batch-size", "8"}).find("--max-tokens"), std::string::npos);
+  o = parse({"--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9", "--optimizer", "adam"});
+  EXPECT_DOUBLE_EQ(o.adam_beta1, 0.9);
+  EXPECT_DOUBLE_EQ(o.adam_beta2, 0.98);
+  EXPECT_DOUBLE_EQ(o.adam_eps, 1e-9);
+  EXPECT_NE(parse_error({"--adam-betas", "0.9"}).find("'(0.9, 0.98)'"), std::string::npos);
+  EXPECT_EQ(parse({"--cpu"}).device, "cpu");
+  o = parse({"--bf16", "--cpu"});
+  EXPECT_EQ(o.precision, "bf16");
+  try {
+    validate_options(o);
+    ADD_FAILURE() << "bf16 on the CPU was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the CPU path trains in fp32"), std::string::npos);
+  }
+  EXPECT_EQ(parse({"--log-format", "json"}).log_format, "json");
+  EXPECT_THROW(validate_options(parse({"--log-format", "tqdm"})), std::invalid_argument);
+  EXPECT_EQ(parse({"--lr-scheduler", "cosine"}).lr_scheduler, "cosine");
+}
+
+TEST(Flags, MaxTokensIsRoundedToWholeSamplesAndSaysSo) {
+  Options o = parse({"--max-tokens", "1000", "--tokens-per-sample", "64"});
+  EXPECT_EQ(o.max_tokens, 960);
+  ASSERT_EQ(o.notes.size(), 1u);
+  EXPECT_NE(o.notes[0].find("rounded down to 960"), std::string::npos);
+  EXPECT_TRUE(parse({"--max-tokens", "1024"}).notes.empty());
+}
+
+TEST(Flags, HelpShowsDefaultsAsWrittenAndChoices) {
+  std::vector<std::string> args = {"pntrain", "--help"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  Options o;
+  std::string help;
+  EXPECT_FALSE(parse_options(2, argv.data(), &o, &help));
+  EXPECT_NE(help.find("--dropout arg (=0.1)"), std::string::npos);
+  EXPECT_EQ(help.find("0.10000000000000001"), std::string::npos);
+  EXPECT_NE(help.find("--norm-eps arg (=1e-05)"), std::string::npos);
+  // Choices may wrap: compare without the line breaks and indentation.
+  std::string flat;
+  for (char c : help) {
+    const bool space = c == ' ' || c == '\n';
+    if (!space || (!flat.empty() && flat.back() != ' ')) flat += space ? ' ' : c;
+  }
+  EXPECT_NE(flat.find("(choices: layer, rms, group, batch, sync_batch, power_v, sync_power_v, "
+                      "power, sync_power)"),
+            std::string::npos);
+  EXPECT_NE(flat.find("(choices: inverse_sqrt, fixed, cosine, polynomial_decay)"),
+            std::string::npos);
+}
+
+TEST(Schedule, CosineAgainstValuesByHand) {
+  Schedule s;
+  s.scheduler = "cosine";
+  s.lr = 1.0, s.min_lr = 0.1, s.warmup_updates = 10, s.lr_period_updates = 100,
+  s.lr_shrink = 0.5;
+  EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);    // warmup 0 -> 1 over 10 updates
+  EXPECT_NEAR(learning_rate(s, 10), 1.0, 1e-12);   // period start: lr
+  EXPECT_NEAR(learning_rate(s, 60), 0.55, 1e-12);  // mid-period: (1 + 0.1) / 2
+  EXPECT_NEAR(learning_rate(s, 110), 0.5, 1e-12);  // second period, shrunk by 0.5
+  EXPECT_NEAR(learning_rate(s, 160), 0.275, 1e-12);  // (0.5 + 0.05) / 2
+  // t_mult 2: periods of 10, 20, 40 updates.
+  Schedule m;
+  m.scheduler = "cosine";
+  m.lr = 1.0, m.min_lr = 0.0, m.warmup_updates = 0, m.lr_period_updates = 10, m.t_mult = 2,
+  m.lr_shrink = 1.0;
+  EXPECT_NEAR(learning_rate(m, 5), 0.5, 1e-12);                       // half of period 0
+  EXPECT_NEAR(learning_rate(m, 15), 0.5 * (1 + std::sqrt(0.5)), 1e-12);  // quarter of period 1
+  EXPECT_NEAR(learning_rate(m, 20), 0.5, 1e-12);                      // half of period 1
+  // Without --lr-period-updates the one period spans max_update - warmup.
+  Schedule one = s;
+  one.lr_period_updates = -1, one.max_update = 110;
+  EXPECT_NEAR(learning_rate(one, 60), 0.55, 1e-12);
+}
+
+TEST(Schedule, PolynomialDecayAgainstValuesByHand) {
+  Schedule s;
+  s.scheduler = "polynomial_decay";
+  s.lr = 1.0, s.end_learning_rate = 0.1, s.power = 2, s.warmup_updates = 10,
+  s.total_num_update = 110;
+  EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);     // warmup from 0
+  EXPECT_NEAR(learning_rate(s, 10), 1.0, 1e-12);
+  EXPECT_NEAR(learning_rate(s, 60), 0.325, 1e-12);  // 0.9 * 0.5^2 + 0.1
+  EXPECT_NEAR(learning_rate(s, 110), 0.1, 1e-12);
+  EXPECT_NEAR(learning_rate(s, 500), 0.1, 1e-12);
+  s.power = 1;
+  EXPECT_NEAR(learning_rate(s, 35), 0.775, 1e-12);  // 0.9 * 0.75 + 0.1
+  // The older schedules keep their values.
+  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 400), 5e-4);
+}
+
+const Corpus& corpus_of(const std::string& pet) {
+  static std::map<std::string, Corpus> cache;
+  auto it = cache.find(pet);
+  if (it == cache.end()) {
+    std::string train;
+    for (int i = 0; i < 20; ++i) train += "the " + pet + " sat on the mat and the dog ran off\n";
+    it = cache.emplace(pet, corpus_from_text(pet, train, "the dog\n", "the dog\n")).first;
+  }
+  return it->second;
+}
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+Options small(const std::string& dir) {
+  Options o = test::small_lm();
+  o.decoder_layers = 1;
+  o.max_tokens = 64;
+  o.max_update = 2;
+  o.norm_self = o.norm_ff = "power";
+  o.save_dir = dir;
+  return o;
+}
+
+TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
+  FLAGS_minloglevel = 2;
+  auto comm = make_single_communicator();
+  TempDir d("pn_user_cfg");
+  Options trained = small(d.path.string());
+  Trainer(trained, *comm, corpus_of("cat")).train();
+  const std::string ck = (d.path / "checkpoint_2").string();
+  const auto stored = checkpoint_config(ck);
+  ASSERT_FALSE(stored.empty());
+
+  Options eval;  // nothing but the checkpoint
+  eval.eval_only = true;
+  eval.restore_file = ck;
+  apply_checkpoint_flags(stored, ck, &eval);
+  EXPECT_EQ(eval.decoder_embed_dim, 32);
+  EXPECT_EQ(eval.decoder_layers, 1);
+  EXPECT_EQ(eval.norm_self, "power");
+  EXPECT_EQ(eval.tokens_per_sample, 16);
+  Trainer t(eval, *comm, corpus_of("cat"));
+  EXPECT_EQ(t.start_update(), 2);
+
+  Options clash;
+  clash.decoder_embed_dim = 64;
+  clash.given.insert("decoder-embed-dim");
+  try {
+    apply_checkpoint_flags(stored, ck, &clash);
+    ADD_FAILURE() << "a disagreeing flag was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--decoder-embed-dim 64"), std::string::npos) << m;
+    EXPECT_NE(m.find("trained with --decoder-embed-dim 32"), std::string::npos) << m;
+  }
+  Options same;  // a given flag that agrees is fine
+  same.decoder_embed_dim = 32;
+  same.given.insert("decoder-embed-dim");
+  EXPECT_NO_THROW(apply_checkpoint_flags(stored, ck, &same));
+}
+
+TEST(CheckpointConfig, AnotherVocabularyOfTheSameSizeIsRefused) {
+  FLAGS_minloglevel = 2;
+  auto comm = make_single_communicator();
+  TempDir d("pn_user_vocab");
+  Options o = small(d.path.string());
+  Trainer(o, *comm, corpus_of("cat")).train();
+  ASSERT_EQ(corpus_of("cat").vocab.size(), corpus_of("cow").vocab.size());
+  try {
+    Trainer t(o, *comm, corpus_of("cow"));
+    ADD_FAILURE() << "a checkpoint of another vocabulary was restored";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("another vocabulary"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointConfig, OlderCheckpointsWithoutConfigurationStillLoad) {
+  FLAGS_minloglevel = 2;
+  auto comm = make_single_communicator();
+  TempDir d("pn_user_old");
+  Options o = small(d.path.string());
+  Trainer(o, *comm, corpus_of("cat")).train();
+  const std::string model = (d.path / "checkpoint_2" / "model.bin").string();
+  CheckpointFile f = read_checkpoint_file(model);
+  f.header.erase("config");
+  f.header.erase("vocab");
+  write_checkpoint_file(model, f);
+  EXPECT_TRUE(checkpoint_config((d.path / "checkpoint_2").string()).empty());
+  Trainer t(o, *comm, corpus_of("cat"));
+  EXPECT_EQ(t.start_update(), 2);
+}
+
+TEST(Checkpoint, UnwritableSaveDirIsFoundAtStartup) {
+  TempDir d("pn_user_probe");
+  std::ofstream(d.path / "file") << "x";
+  EXPECT_THROW(check_writable_dir((d.path / "file" / "ck").string(), 0), std::invalid_argument);
+  EXPECT_NO_THROW(check_writable_dir((d.path / "ok").string(), 0));
+  EXPECT_TRUE(fs::is_directory(d.path / "ok"));
+  EXPECT_TRUE(fs::is_empty(d.path / "ok"));  // the probe file is gone
+}
+
+}  // namespace
+}  // namespace pn
