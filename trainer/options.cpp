@@ -18,7 +18,8 @@ po::options_description describe(Options& o) {
   data.add_options()
     ("data", po::value(&o.data)->default_value(o.data),
      "corpus directory holding train/valid/test (train.txt, ptb.train.txt or wiki.train.tokens "
-     "names), or 'builtin' for the generated corpus embedded in pntrain")
+     "names, or fairseq-preprocess output: dict.txt and <split>.bin/.idx), or 'builtin' for the "
+     "generated corpus embedded in pntrain")
     ("tokens-per-sample", po::value(&o.tokens_per_sample)->default_value(o.tokens_per_sample),
      "tokens per sample (sequence length)")
     ("max-tokens", po::value(&o.max_tokens)->default_value(o.max_tokens),

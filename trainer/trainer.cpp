@@ -244,7 +244,7 @@ EvalResult per_token(const double sums[3]) {
 }
 }  // namespace
 
-EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
+EvalResult Trainer::evaluate(const TokenStream& stream) {
   double sums[3] = {0, 0, 0};
   with_eval_state([&] {
     SampleSet set(stream, opt_.tokens_per_sample, /*keep_tail=*/true);

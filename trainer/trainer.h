@@ -43,7 +43,7 @@ class Trainer {
   Trainer(const Options& options, Communicator& comm, Corpus corpus);
   Trainer(const Options& options, Communicator& comm, ParallelCorpus corpus);
   TrainResult train();
-  EvalResult evaluate(const std::vector<int32_t>& stream);  // language model
+  EvalResult evaluate(const TokenStream& stream);  // language model
   EvalResult evaluate(const ParallelSplit& split);          // translation
   // Beam search over this rank's contiguous share of the split, BLEU of all ranks' shares
   // against the split's target lines (both BPE-removed when remove_bpe is set).
