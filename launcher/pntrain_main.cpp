@@ -13,6 +13,7 @@
 #include "kernels/device.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
+#include "trainer/sample.h"
 #include "trainer/trainer.h"
 
 // --arch transformer: train on --train-subset, or with --eval-only report the valid loss and
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     if (opt.arch == "transformer") return run_translation(opt, *comm);
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     pn::Trainer trainer(opt, *comm, std::move(corpus));
+    if (opt.sample > 0) return pn::print_samples(opt, trainer, comm->rank());
     if (opt.eval_only) {
       if (!trainer.restored())
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or a "

@@ -189,8 +189,20 @@ po::options_description describe(Options& o) {
     ("results-path", po::value(&o.results_path),
      "write the hypotheses to this file (one line per sentence; .r<rank> per rank)");
 
+  po::options_description gen("Text from a language model (with --restore-file)");
+  gen.add_options()
+    ("sample", po::value(&o.sample)->default_value(o.sample),
+     "print N samples from the checkpoint's LM instead of training (seeded by --seed)")
+    ("prompt", po::value(&o.prompt), "words the samples continue (default: a sentence start)")
+    ("temperature", po::value(&o.temperature)->default_value(o.temperature),
+     "softmax temperature of the draws (0: always the most likely token)")
+    ("top-k", po::value(&o.top_k)->default_value(o.top_k),
+     "draw among the k most likely tokens only (0: the whole vocabulary)")
+    ("max-len", po::value(&o.max_len)->default_value(o.max_len),
+     "generated tokens per sample at most (a sample also ends at <eos>)");
+
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run).add(dist).add(mt);
+  all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(gen);
   return all;
 }
 
@@ -305,6 +317,10 @@ void validate_options(const Options& o) {
           o.decoder_norm_cross, o.decoder_norm_ff, o.decoder_norm_final})
       if (!is_norm_kind(n)) fail("unknown norm '" + n + "' (see --norm in pntrain --help)");
   }
+  if (o.sample < 0 || o.max_len < 1 || o.temperature < 0 || o.top_k < 0)
+    fail("--sample, --top-k and --temperature must be >= 0 and --max-len >= 1");
+  if (o.sample > 0 && o.arch != "transformer_lm")
+    fail("--sample needs a language model (--arch transformer_lm)");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
       std::string known;

@@ -76,6 +76,12 @@ struct Options {
   int gen_max_sentences = 0;      // decode only the first N sentences of --gen-subset (0: all)
   std::string results_path;       // write hypotheses here (rank r appends .r<r> when ranks > 1)
   std::string config;
+  // text from a language model (trainer/sample.h): --restore-file CK --sample N
+  int sample = 0;                 // samples to print (0: train or evaluate as usual)
+  std::string prompt;             // words the samples continue ("" : a sentence start)
+  double temperature = 1.0;       // 0: always the most likely token
+  int top_k = 0;                  // draw among the k most likely tokens (0: all)
+  int max_len = 50;               // generated tokens per sample at most
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws

@@ -58,12 +58,12 @@ class Trainer {
   const ParallelCorpus& parallel_corpus() const { return parallel_; }
   ParamStore<float>& params() { return mt_ ? mt_->params : model_->params; }
   std::vector<Norm<float>*> norms() { return mt_ ? mt_->norms() : model_->norms(); }
-
- private:
-  void setup();  // what both constructors share, once the model exists
   // Runs fn with the evaluation's norm state (rank 0's or the mean over ranks, --pn-eval-state)
   // and gives every rank its own rank-local state back afterwards.
   void with_eval_state(const std::function<void()>& fn);
+
+ private:
+  void setup();  // what both constructors share, once the model exists
   void log_model_summary();
   void log_lm_summary();
   // Saves checkpoint_<update> (all ranks take part). Returns false and warns on failure,
