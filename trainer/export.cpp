@@ -205,14 +205,15 @@ ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
 
   const CheckpointFile m = read_checkpoint_file(checkpoint + "/model.bin");
   const nlohmann::json& have = m.header.at("params");
-  bool same = have.size() == params.specs.size();
-  for (size_t i = 0; same && i < have.size(); ++i)
-    same = have[i].at("name") == params.specs[i].name &&
-           have[i].at("shape").get<std::vector<int>>() == params.specs[i].shape;
-  if (!same)
+  std::string diff = have.size() == params.specs.size() ? "" : "a different number of tensors";
+  for (size_t i = 0; diff.empty() && i < have.size(); ++i) {
+    const nlohmann::json want = {{"name", params.specs[i].name}, {"shape", params.specs[i].shape}};
+    if (have[i] != want) diff = "tensor " + have[i].dump() + " where the options give " + want.dump();
+  }
+  if (!diff.empty())
     throw std::runtime_error("checkpoint '" + checkpoint + "' holds another model than these "
-                             "options describe: give the flags (or --config) and --data it was "
-                             "trained with");
+                             "options describe (" + diff + "): give the flags (or --config) and "
+                             "--data it was trained with");
   if (m.payload.size() < params.size() * sizeof(float))
     throw std::runtime_error("checkpoint '" + checkpoint + "/model.bin' is too short");
   std::memcpy(params.data.data(), m.payload.data(), params.size() * sizeof(float));
