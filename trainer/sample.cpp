@@ -64,6 +64,7 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
 
   trainer.with_eval_state([&] {
     Batch b;
+    std::vector<float> row;
     for (int step = 0; step < o.max_len; ++step) {
       // All contexts have the same length: the last `window` tokens of each, one row each.
       const int len = std::min<int>(window, int(ctx[0].size()));
@@ -82,8 +83,10 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
           ctx[size_t(s)].push_back(Vocabulary::kEos);
           continue;
         }
-        const float* row = model.logits.data() + (size_t(s) * len + size_t(len - 1)) * V;
-        const int32_t t = draw_token(row, V, o.temperature, o.top_k, u);
+        const float* last = model.logits.data() + (size_t(s) * len + size_t(len - 1)) * V;
+        row.assign(last, last + V);
+        row[Vocabulary::kPad] = -INFINITY;  // padding is never a token of the text
+        const int32_t t = draw_token(row.data(), V, o.temperature, o.top_k, u);
         ctx[size_t(s)].push_back(t);
         out[size_t(s)].tokens.push_back(t);
         if (t == Vocabulary::kEos) done[size_t(s)] = true;
