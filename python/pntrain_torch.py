@@ -238,7 +238,8 @@ def load(path, rank=None):
     """The model of an export (evaluation state, or rank `rank`'s saved state) and its metadata."""
     t, meta = read_safetensors(path)
     if meta.get("format") != "pntrain-export-1":
-        raise ValueError("%s is not a pntrain export (metadata format %r)" % (path, meta.get("format")))
+        raise ValueError("%s is not a pntrain export (metadata format %r)"
+                         % (path, meta.get("format")))
     state_prefix = "" if rank is None else "ranks.%d." % rank
     cls = TranslationModel if meta["arch"] == "transformer" else LanguageModel
     return cls(t, meta, state_prefix).eval(), meta
@@ -288,7 +289,9 @@ def translation_loss(model, meta, data, split="valid", batch=32):
     """Mean nll over the split's target tokens (teacher forcing, prev = <eos> + target)."""
     src_index = {w: i for i, w in enumerate(meta["src_vocab"].split("\n"))}
     tgt_index = {w: i for i, w in enumerate(meta["tgt_vocab"].split("\n"))}
-    read = lambda lang: open(os.path.join(data, "%s.%s" % (split, lang)), encoding="utf-8").read().split("\n")
+    def read(lang):
+        with open(os.path.join(data, "%s.%s" % (split, lang)), encoding="utf-8") as f:
+            return f.read().split("\n")
     src_lines, tgt_lines = read(meta["source_lang"]), read(meta["target_lang"])
     if src_lines and src_lines[-1] == "":
         src_lines, tgt_lines = src_lines[:-1], tgt_lines[:-1]

@@ -67,8 +67,8 @@ struct Corpus {
 };
 
 // Reads DIR/{train,valid,test}.txt (or ptb.*.txt, wiki.*.tokens), or fairseq-preprocess output
-// (dict.txt and {train,valid,test}.{bin,idx}, trainer/fairseq_data.h) when DIR holds it. Throws std::runtime_error
-// naming the missing or empty file and the fix.
+// (dict.txt and {train,valid,test}.{bin,idx}, trainer/fairseq_data.h) when DIR holds it.
+// Throws std::runtime_error naming the missing or empty file and the fix.
 Corpus load_corpus(const std::string& dir);
 // The embedded corpus: text from a fixed second-order Markov source, so its entropy is known.
 Corpus builtin_corpus();

@@ -60,7 +60,8 @@ SafeTensorsFile read_safetensors(const std::string& path) {
     s.name = name;
     s.dtype = t.at("dtype").get<std::string>();
     s.shape = t.at("shape").get<std::vector<int64_t>>();
-    const size_t b = t.at("data_offsets")[0].get<size_t>(), e = t.at("data_offsets")[1].get<size_t>();
+    const size_t b = t.at("data_offsets")[0].get<size_t>();
+    const size_t e = t.at("data_offsets")[1].get<size_t>();
     if (b > e || data + e > all.size())
       throw std::runtime_error("'" + path + "': tensor " + name + " lies outside the file");
     s.bytes.assign(all.begin() + long(data + b), all.begin() + long(data + e));
@@ -208,7 +209,8 @@ ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
   std::string diff = have.size() == params.specs.size() ? "" : "a different number of tensors";
   for (size_t i = 0; diff.empty() && i < have.size(); ++i) {
     const nlohmann::json want = {{"name", params.specs[i].name}, {"shape", params.specs[i].shape}};
-    if (have[i] != want) diff = "tensor " + have[i].dump() + " where the options give " + want.dump();
+    if (have[i] != want)
+      diff = "tensor " + have[i].dump() + " where the options give " + want.dump();
   }
   if (!diff.empty())
     throw std::runtime_error("checkpoint '" + checkpoint + "' holds another model than these "

@@ -178,7 +178,8 @@ Vocabulary read_fairseq_dictionary(const std::string& path) {
     // "word count" or "word count #fairseq:overwrite"; the word is everything before the count.
     std::string rest = line;
     const std::string flag = " #fairseq:overwrite";
-    if (rest.size() > flag.size() && rest.compare(rest.size() - flag.size(), flag.size(), flag) == 0)
+    if (rest.size() > flag.size() &&
+        rest.compare(rest.size() - flag.size(), flag.size(), flag) == 0)
       rest.resize(rest.size() - flag.size());
     const size_t space = rest.rfind(' ');
     const std::string count = space == std::string::npos ? "" : rest.substr(space + 1);

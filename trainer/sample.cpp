@@ -28,7 +28,8 @@ int32_t draw_token(const float* logits, int vocab, double temperature, int top_k
   for (int32_t i : ids) mx = std::max(mx, double(logits[i]));
   std::vector<double> w(ids.size());
   double sum = 0;
-  for (size_t j = 0; j < ids.size(); ++j) sum += w[j] = std::exp((logits[ids[j]] - mx) / temperature);
+  for (size_t j = 0; j < ids.size(); ++j)
+    sum += w[j] = std::exp((logits[ids[j]] - mx) / temperature);
   double acc = 0;
   for (size_t j = 0; j < ids.size(); ++j) {
     acc += w[j] / sum;
@@ -78,7 +79,7 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
       model.evaluate(b);  // leaves the logits of every position in model.logits
       bool all_done = true;
       for (int s = 0; s < N; ++s) {
-        const double u = uniform();  // drawn for every row, so a row's draws do not depend on others
+        const double u = uniform();  // one draw per row, finished or not: rows stay independent
         if (done[size_t(s)]) {
           ctx[size_t(s)].push_back(Vocabulary::kEos);
           continue;

@@ -4,8 +4,8 @@
 // training stream) followed by the prompt's words (unknown ones as <unk>). Every step runs the
 // model's inference forward (running norm statistics, no dropout) over the last
 // --tokens-per-sample tokens of all N contexts at once and draws each next token from
-// softmax(logits / temperature) (never <pad>), restricted to the top-k logits when top_k > 0 (temperature 0:
-// the most likely token). A sample ends at <eos> or after max_len tokens.
+// softmax(logits / temperature) (never <pad>), restricted to the top-k logits when top_k > 0
+// (temperature 0: the most likely token). A sample ends at <eos> or after max_len tokens.
 //
 // Draws come from one 64-bit Mersenne Twister seeded with `seed` through our own uniform
 // mapping, so a seed gives the same text on every machine and rank count: every rank computes

@@ -27,7 +27,8 @@ struct SharedDir {
     Communicator& w = test::world();
     double pid = double(::getpid());
     w.broadcast(&pid, sizeof(pid), 0);
-    path = fs::temp_directory_path() / ("pn_fairseq_mpi_" + tag + "_" + std::to_string(int64_t(pid)));
+    path = fs::temp_directory_path() /
+           ("pn_fairseq_mpi_" + tag + "_" + std::to_string(int64_t(pid)));
     double written = 0;
     if (w.rank() == 0) {
       fs::remove_all(path);
