@@ -3,7 +3,8 @@
 
     python3 python/pntrain_torch.py MODEL.safetensors --data DIR [--split valid] [--rank R]
 
-prints the split's loss (natural log per target token, as `pntrain --eval-only` reports it).
+prints the split's loss (natural log per target token, as `pntrain --eval-only` reports it);
+DIR is the run's --data: pntrain's text layout or a fairseq-preprocess data-bin.
 As a module:
 
     from pntrain_torch import load
@@ -245,7 +246,33 @@ def load(path, rank=None):
     return cls(t, meta, state_prefix).eval(), meta
 
 
-# ---- data: pntrain's text layouts (trainer/data.cpp, trainer/translation_data.cpp) ----
+# ---- data: pntrain's text layouts (trainer/data.cpp, trainer/translation_data.cpp) and
+# fairseq-preprocess data-bins (trainer/fairseq_data.h), read as pntrain reads them ----
+
+_INT_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16,
+              9: np.uint32, 10: np.uint64}
+
+
+def read_indexed(prefix):
+    """Items of a fairseq MMIDIDX dataset (prefix.idx/.bin) as lists of pntrain ids (f - 1)."""
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    if idx[:9] != b"MMIDIDX\x00\x00" or struct.unpack("<Q", idx[9:17])[0] != 1:
+        raise ValueError("%s.idx is not a version-1 fairseq mmap index" % prefix)
+    dtype = np.dtype(_INT_CODES[idx[17]]).newbyteorder("<")
+    n = struct.unpack("<Q", idx[18:26])[0]
+    sizes = np.frombuffer(idx, dtype="<i4", count=n, offset=34)
+    pointers = np.frombuffer(idx, dtype="<i8", count=n, offset=34 + 4 * n)
+    data = np.memmap(prefix + ".bin", dtype=np.uint8, mode="r")
+    items = []
+    for size, ptr in zip(sizes, pointers):
+        ids = np.frombuffer(data, dtype=dtype, count=int(size), offset=int(ptr)).astype(np.int64)
+        items.append([2 if i == 0 else int(i) - 1 for i in ids])  # fairseq <s> reads as <unk>
+    return items
+
+
+def _is_databin_lm(data):
+    return os.path.isfile(os.path.join(data, "dict.txt"))
 
 def _encode(line, index):
     return [index.get(w, 2) for w in line.split()] + [1]  # <unk> 2, <eos> 1
@@ -263,10 +290,14 @@ def lm_loss(model, meta, data, split="valid", batch=16):
     """Mean nll over the split's targets, cut into --tokens-per-sample samples as pntrain does."""
     index = {w: i for i, w in enumerate(meta["vocab"].split("\n"))}
     stream = []
-    with open(_lm_split_file(data, split), encoding="utf-8") as f:
-        for line in f:
-            if line.split():
-                stream += _encode(line, index)
+    if _is_databin_lm(data):
+        for item in read_indexed(os.path.join(data, split)):
+            stream += item
+    else:
+        with open(_lm_split_file(data, split), encoding="utf-8") as f:
+            for line in f:
+                if line.split():
+                    stream += _encode(line, index)
     T = int(meta["tokens_per_sample"])
     n = len(stream) - 1  # targets
     samples = (n + T - 1) // T
@@ -292,10 +323,16 @@ def translation_loss(model, meta, data, split="valid", batch=32):
     def read(lang):
         with open(os.path.join(data, "%s.%s" % (split, lang)), encoding="utf-8") as f:
             return f.read().split("\n")
-    src_lines, tgt_lines = read(meta["source_lang"]), read(meta["target_lang"])
-    if src_lines and src_lines[-1] == "":
-        src_lines, tgt_lines = src_lines[:-1], tgt_lines[:-1]
-    pairs = [(_encode(a, src_index), _encode(b, tgt_index)) for a, b in zip(src_lines, tgt_lines)]
+    s, t = meta["source_lang"], meta["target_lang"]
+    if os.path.isfile(os.path.join(data, "dict.%s.txt" % s)):  # a fairseq data-bin
+        prefix = os.path.join(data, "%s.%s-%s." % (split, s, t))
+        pairs = list(zip(read_indexed(prefix + s), read_indexed(prefix + t)))
+    else:
+        src_lines, tgt_lines = read(s), read(t)
+        if src_lines and src_lines[-1] == "":
+            src_lines, tgt_lines = src_lines[:-1], tgt_lines[:-1]
+        pairs = [(_encode(a, src_index), _encode(b, tgt_index))
+                 for a, b in zip(src_lines, tgt_lines)]
     total, count = 0.0, 0
     for first in range(0, len(pairs), batch):
         chunk = pairs[first:first + batch]
@@ -320,7 +357,8 @@ def translation_loss(model, meta, data, split="valid", batch=32):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="safetensors file written by `launcher/pn export`")
-    ap.add_argument("--data", required=True, help="the text corpus directory of the run")
+    ap.add_argument("--data", required=True,
+                    help="the run's corpus directory (text, or a fairseq-preprocess data-bin)")
     ap.add_argument("--split", default="valid")
     ap.add_argument("--rank", type=int, default=None,
                     help="use rank R's saved norm state instead of the evaluation state")

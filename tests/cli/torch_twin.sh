@@ -76,6 +76,52 @@ for norm in layer batch power; do
   compare "translation $norm" "$ours" "$("$py" "$twin" "mt_$norm.safetensors" --data mt)"
 done
 
+# The same corpora as fairseq-preprocess data-bins (written from the format's public
+# description): pntrain trains and evaluates on them, the twin reads them too.
+"$py" - <<'PY'
+import collections, os, struct
+def write_indexed(prefix, items):
+    sizes = [len(x) for x in items]
+    pointers = [2 * sum(sizes[:i]) for i in range(len(sizes))]
+    with open(prefix + ".bin", "wb") as f:
+        for x in items:
+            f.write(struct.pack("<%dH" % len(x), *x))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(items), 2))
+        f.write(struct.pack("<%di" % len(sizes), *sizes))
+        f.write(struct.pack("<%dq" % len(pointers), *pointers))
+        f.write(struct.pack("<2q", 0, len(items)))
+def dictionary(path, lines):
+    counts = collections.Counter(w for l in lines for w in l.split())
+    words = sorted(counts, key=lambda w: (-counts[w], w))
+    with open(path, "w") as f:
+        f.writelines("%s %d\n" % (w, counts[w]) for w in words)
+    return {w: 4 + i for i, w in enumerate(words)}
+def encode(lines, ids, keep_empty):
+    return [[ids.get(w, 3) for w in l.split()] + [2] for l in lines if keep_empty or l.split()]
+read = lambda p: open(p).read().splitlines()
+os.makedirs("lm_bin"); os.makedirs("mt_bin")
+ids = dictionary("lm_bin/dict.txt", read("lm/train.txt"))
+for split in ("train", "valid", "test"):
+    write_indexed("lm_bin/" + split, encode(read("lm/%s.txt" % split), ids, False))
+for lang in ("de", "en"):
+    ids = dictionary("mt_bin/dict.%s.txt" % lang, read("mt/train." + lang))
+    for split in ("train", "valid", "test"):
+        write_indexed("mt_bin/%s.de-en.%s" % (split, lang),
+                      encode(read("mt/%s.%s" % (split, lang)), ids, True))
+PY
+lmb="${lm/--data lm/--data lm_bin}"
+mtb="${mt/--data mt/--data mt_bin}"
+"$pntrain" $lmb --norm power --max-update 10 --save-dir lmb 2>>"$work/log"
+ours=$("$pntrain" $lmb --norm power --eval-only --restore-file lmb/checkpoint_10 2>>"$work/log")
+"$pnexport" lmb/checkpoint_10 --out lmb.safetensors $lmb --norm power >/dev/null
+compare "LM power on a fairseq data-bin" "$ours" "$("$py" "$twin" lmb.safetensors --data lm_bin)"
+"$pntrain" $mtb --norm power --max-update 10 --save-dir mtb 2>>"$work/log"
+ours=$("$pntrain" $mtb --norm power $eval_mt --eval-only --restore-file mtb/checkpoint_10 2>>"$work/log")
+"$pnexport" mtb/checkpoint_10 --out mtb.safetensors $mtb --norm power >/dev/null
+compare "translation power on a fairseq data-bin" "$ours" \
+        "$("$py" "$twin" mtb.safetensors --data mt_bin)"
+
 # PN at 2 ranks: each rank's own running state; evaluation with rank 0's or the mean.
 "${mpirun[@]}" -np 2 "$pntrain" $lm --norm power --max-update 10 --save-dir lm_pn2 2>>"$work/log"
 for state in rank0 mean; do
