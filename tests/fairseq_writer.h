@@ -97,10 +97,10 @@ void put(std::string* out, V v) {
 }
 
 // Writes prefix.bin and prefix.idx with dtype code 8 (uint16, fairseq's choice below 65500
-// symbols) or 4 (int32).
+// symbols), 4 (int32), 1 (uint8) or 5 (int64).
 inline void write_indexed(const std::string& prefix, const std::vector<std::vector<int64_t>>& items,
                           uint8_t dtype_code = 8) {
-  const int width = dtype_code == 8 ? 2 : 4;
+  const int width = dtype_code == 8 ? 2 : dtype_code == 1 ? 1 : dtype_code == 5 ? 8 : 4;
   std::string bin, idx;
   std::vector<int32_t> sizes;
   std::vector<int64_t> pointers;
@@ -108,7 +108,9 @@ inline void write_indexed(const std::string& prefix, const std::vector<std::vect
     pointers.push_back(int64_t(bin.size()));
     sizes.push_back(int32_t(it.size()));
     for (int64_t t : it) {
-      if (width == 2) put(&bin, uint16_t(t));
+      if (width == 1) put(&bin, uint8_t(t));
+      else if (width == 2) put(&bin, uint16_t(t));
+      else if (width == 8) put(&bin, int64_t(t));
       else put(&bin, int32_t(t));
     }
   }

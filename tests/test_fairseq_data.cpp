@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "comm/communicator.h"
 #include "fairseq_writer.h"
@@ -46,15 +47,16 @@ void patch(const std::string& file, size_t at, const std::string& bytes) {
 
 TEST(FairseqIndexed, ReadsItemsOfEveryIntegerWidthWithFairseqIds) {
   TempDir t("items");
-  const std::vector<std::vector<int64_t>> items = {{4, 5, 2}, {3, 2}, {700, 6, 7, 2}};
-  for (uint8_t code : {uint8_t(8), uint8_t(4)}) {
+  const std::vector<std::vector<int64_t>> items = {{4, 5, 2}, {3, 2}, {200, 6, 7, 2}};
+  const std::map<uint8_t, int> width = {{1, 1}, {8, 2}, {4, 4}, {5, 8}};
+  for (const auto& [code, bytes] : width) {
     const std::string prefix = (t.path / ("d" + std::to_string(code))).string();
     test::write_indexed(prefix, items, code);
     const FairseqIndexed d = open_fairseq_indexed(prefix);
-    EXPECT_EQ(d.width, code == 8 ? 2 : 4);
+    EXPECT_EQ(d.width, bytes);
     ASSERT_EQ(d.items(), 3);
     EXPECT_EQ(d.item(1).to_vector(), (std::vector<int32_t>{2, 1}));  // <unk> </s> -> 2 1
-    EXPECT_EQ(d.all().to_vector(), (std::vector<int32_t>{3, 4, 1, 2, 1, 699, 5, 6, 1}));
+    EXPECT_EQ(d.all().to_vector(), (std::vector<int32_t>{3, 4, 1, 2, 1, 199, 5, 6, 1}));
     EXPECT_TRUE(d.all().memory_mapped());
   }
 }
