@@ -20,6 +20,7 @@
 #include "trainer/data.h"
 #include "trainer/interrupt.h"
 #include "trainer/options.h"
+#include "trainer/sample.h"
 #include "trainer/trainer.h"
 
 namespace {
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
   // 3. The work. An error every rank meets alike is reported once and ends the ranks cleanly;
   //    any other ends the whole job through the communicator.
   try {
+    if (opt.sample > 0) return pn::print_samples(opt, *trainer, comm->rank());
     if (opt.eval_only)
       return opt.arch == "transformer" ? eval_translation(opt, *comm, *trainer)
                                        : eval_lm(*comm, *trainer);

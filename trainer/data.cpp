@@ -9,9 +9,29 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "trainer/fairseq_data.h"
+
 namespace fs = std::filesystem;
 
 namespace pn {
+
+TokenStream::TokenStream(std::vector<int32_t> tokens) {
+  auto owned = std::make_shared<const std::vector<int32_t>>(std::move(tokens));
+  data_ = owned->data();
+  n_ = int64_t(owned->size());
+  owner_ = std::move(owned);
+}
+
+TokenStream::TokenStream(std::shared_ptr<const void> owner, const void* data, int width,
+                         int64_t n, bool signed_ints, bool fairseq_ids)
+    : owner_(std::move(owner)), data_(data), width_(width), n_(n), signed_(signed_ints),
+      fairseq_(fairseq_ids) {}
+
+std::vector<int32_t> TokenStream::to_vector() const {
+  std::vector<int32_t> out(static_cast<size_t>(n_));
+  for (int64_t i = 0; i < n_; ++i) out[size_t(i)] = (*this)[i];
+  return out;
+}
 
 int32_t Vocabulary::id(const std::string& w) const {
   auto it = index.find(w);
@@ -90,6 +110,7 @@ Corpus load_corpus(const std::string& dir_name) {
     throw std::runtime_error("data directory '" + dir_name +
                              "' does not exist: pass --data DIR holding train.txt, valid.txt and "
                              "test.txt (or ptb.*.txt / wiki.*.tokens), or --data builtin");
+  if (is_fairseq_lm_dir(dir_name)) return load_fairseq_corpus(dir_name);
   std::string text[3];
   const char* splits[3] = {"train", "valid", "test"};
   for (int i = 0; i < 3; ++i) {
@@ -164,8 +185,8 @@ Corpus builtin_corpus() {
   return c;
 }
 
-SampleSet::SampleSet(const std::vector<int32_t>& s, int tps, bool keep_tail)
-    : stream(&s), tokens_per_sample(tps) {
+SampleSet::SampleSet(const TokenStream& s, int tps, bool keep_tail)
+    : stream(s), tokens_per_sample(tps) {
   const int64_t targets = int64_t(s.size()) - 1;  // the last token has no successor
   count = targets <= 0 ? 0 : keep_tail ? (targets + tps - 1) / tps : targets / tps;
 }
@@ -177,13 +198,13 @@ void SampleSet::make_batch(const std::vector<int64_t>& ids, Batch* b) const {
   b->tokens.assign(size_t(b->nseq) * T, Vocabulary::kPad);
   b->targets.assign(size_t(b->nseq) * T, Vocabulary::kPad);
   b->mask.assign(size_t(b->nseq) * T, 0);
-  const int64_t last = int64_t(stream->size()) - 1;
+  const int64_t last = stream.size() - 1;
   for (size_t i = 0; i < ids.size(); ++i)
     for (int t = 0; t < T; ++t) {
       const int64_t pos = ids[i] * T + t;
       if (pos >= last) break;
-      b->tokens[i * T + t] = (*stream)[pos];
-      b->targets[i * T + t] = (*stream)[pos + 1];
+      b->tokens[i * T + t] = stream[pos];
+      b->targets[i * T + t] = stream[pos + 1];
       b->mask[i * T + t] = 1;
     }
 }

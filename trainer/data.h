@@ -2,6 +2,7 @@
 // samples of tokens_per_sample, and the world-size-independent order of SPEC section 5.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,15 +19,56 @@ struct Vocabulary {
   int32_t id(const std::string& w) const;
 };
 
+// A read-only token stream: ids held in memory (text corpora), or read in place from a
+// memory-mapped fairseq .bin file (trainer/fairseq_data.h) of 1, 2, 4 or 8-byte integers whose
+// fairseq id f is pntrain id f - 1 (fairseq's <s> = 0, never written by fairseq-preprocess,
+// reads as <unk>). Copies share the tokens.
+class TokenStream {
+ public:
+  TokenStream() = default;
+  TokenStream(std::vector<int32_t> tokens);  // NOLINT: implicit, text corpora and tests
+  TokenStream(std::shared_ptr<const void> owner, const void* data, int width, int64_t n,
+              bool signed_ints, bool fairseq_ids);
+  int64_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  int32_t operator[](int64_t i) const {
+    int64_t raw;
+    switch (width_) {
+      case 1: raw = signed_ ? int64_t(static_cast<const int8_t*>(data_)[i])
+                            : int64_t(static_cast<const uint8_t*>(data_)[i]); break;
+      case 2: raw = signed_ ? int64_t(static_cast<const int16_t*>(data_)[i])
+                            : int64_t(static_cast<const uint16_t*>(data_)[i]); break;
+      case 4: raw = signed_ ? int64_t(static_cast<const int32_t*>(data_)[i])
+                            : int64_t(static_cast<const uint32_t*>(data_)[i]); break;
+      default: raw = static_cast<const int64_t*>(data_)[i]; break;
+    }
+    if (!fairseq_) return int32_t(raw);
+    return raw == 0 ? Vocabulary::kUnk : int32_t(raw - 1);
+  }
+  std::vector<int32_t> to_vector() const;
+  bool memory_mapped() const { return fairseq_; }
+  friend bool operator==(const TokenStream& a, const std::vector<int32_t>& b) {
+    return a.to_vector() == b;
+  }
+
+ private:
+  std::shared_ptr<const void> owner_;  // keeps the vector or the mapping alive
+  const void* data_ = nullptr;
+  int width_ = 4;
+  int64_t n_ = 0;
+  bool signed_ = true, fairseq_ = false;
+};
+
 struct Corpus {
   std::string name;  // directory or "builtin"
   Vocabulary vocab;
-  std::vector<int32_t> train, valid, test;  // token streams, <eos> after every line
+  TokenStream train, valid, test;  // token streams, <eos> after every line
   double entropy_floor = -1;  // nats/token of the best possible model on valid (builtin only)
 };
 
-// Reads DIR/{train,valid,test}.txt (or ptb.*.txt, wiki.*.tokens). Throws std::runtime_error
-// naming the missing or empty file and the fix.
+// Reads DIR/{train,valid,test}.txt (or ptb.*.txt, wiki.*.tokens), or fairseq-preprocess output
+// (dict.txt and {train,valid,test}.{bin,idx}, trainer/fairseq_data.h) when DIR holds it.
+// Throws std::runtime_error naming the missing or empty file and the fix.
 Corpus load_corpus(const std::string& dir);
 // The embedded corpus: text from a fixed second-order Markov source, so its entropy is known.
 Corpus builtin_corpus();
@@ -37,11 +79,11 @@ Corpus corpus_from_text(const std::string& name, const std::string& train,
 // Samples of one token stream: sample s covers inputs stream[s*T, s*T+T) and targets shifted
 // by one. With `keep_tail` the last, shorter sample is kept and padded (masked).
 struct SampleSet {
-  const std::vector<int32_t>* stream = nullptr;
+  TokenStream stream;
   int tokens_per_sample = 0;
   int64_t count = 0;
   SampleSet() = default;
-  SampleSet(const std::vector<int32_t>& s, int tps, bool keep_tail);
+  SampleSet(const TokenStream& s, int tps, bool keep_tail);
   // Appends samples[ids] as rows of a batch (resets the batch first).
   void make_batch(const std::vector<int64_t>& ids, Batch* batch) const;
 };

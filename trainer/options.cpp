@@ -114,7 +114,8 @@ po::options_description describe(Options& o) {
   data.add_options()
     ("data", dflt(&o.data),
      "corpus directory holding train/valid/test (train.txt, ptb.train.txt or wiki.train.tokens "
-     "names), or 'builtin' for the generated corpus embedded in pntrain")
+     "names, or fairseq-preprocess output: dict.txt and <split>.bin/.idx), or 'builtin' for the "
+     "generated corpus embedded in pntrain")
     ("tokens-per-sample", dflt(&o.tokens_per_sample),
      "tokens per sample (sequence length)")
     ("max-tokens", dflt(&o.max_tokens),
@@ -325,8 +326,19 @@ po::options_description describe(Options& o) {
     ("total-num-update", dflt(&o.total_num_update),
      "polynomial_decay: updates over which it decays (-1: --max-update)");
 
+  po::options_description gen("Text from a language model (with --restore-file)");
+  gen.add_options()
+    ("sample", dflt(&o.sample),
+     "print N samples from the checkpoint's LM instead of training (seeded by --seed)")
+    ("prompt", po::value(&o.prompt), "words the samples continue (default: a sentence start)")
+    ("temperature", dflt(&o.temperature),
+     "softmax temperature of the draws (0: always the most likely token)")
+    ("top-k", dflt(&o.top_k), "draw among the k most likely tokens only (0: the whole vocabulary)")
+    ("max-len", dflt(&o.max_len),
+     "generated tokens per sample at most (a sample also ends at <eos>)");
+
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(paper).add(fs);
+  all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(paper).add(fs).add(gen);
   return all;
 }
 
@@ -627,6 +639,10 @@ void validate_options(const Options& o) {
           o.decoder_norm_cross, o.decoder_norm_ff, o.decoder_norm_final})
       if (!is_norm_kind(n)) fail("unknown norm '" + n + "' (see --norm in pntrain --help)");
   }
+  if (o.sample < 0 || o.max_len < 1 || o.temperature < 0 || o.top_k < 0)
+    fail("--sample, --top-k and --temperature must be >= 0 and --max-len >= 1");
+  if (o.sample > 0 && o.arch != "transformer_lm")
+    fail("--sample needs a language model (--arch transformer_lm)");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
       std::string known;

@@ -98,6 +98,12 @@ struct Options {
   int total_num_update = -1;      // polynomial_decay: updates of the decay (-1: max_update)
   std::set<std::string> given;    // flags given on the command line or in --config
   std::vector<std::string> notes; // messages of the parse for rank 0 to print (rounded values)
+  // text from a language model (trainer/sample.h): --restore-file CK --sample N
+  int sample = 0;                 // samples to print (0: train or evaluate as usual)
+  std::string prompt;             // words the samples continue ("" : a sentence start)
+  double temperature = 1.0;       // 0: always the most likely token
+  int top_k = 0;                  // draw among the k most likely tokens (0: all)
+  int max_len = 50;               // generated tokens per sample at most
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws

@@ -304,7 +304,7 @@ EvalResult per_token(const double sums[3]) {
 }
 }  // namespace
 
-EvalResult Trainer::evaluate(const std::vector<int32_t>& stream) {
+EvalResult Trainer::evaluate(const TokenStream& stream) {
   double sums[3] = {0, 0, 0};
   Buf<double> dev_sums(3, 0.0);  // read once, after the split
   with_eval_state([&] {

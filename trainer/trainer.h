@@ -62,7 +62,7 @@ class Trainer {
   Trainer(const Options& options, Communicator& comm, Corpus corpus);
   Trainer(const Options& options, Communicator& comm, ParallelCorpus corpus);
   TrainResult train();
-  EvalResult evaluate(const std::vector<int32_t>& stream);  // language model
+  EvalResult evaluate(const TokenStream& stream);  // language model
   EvalResult evaluate(const ParallelSplit& split);          // translation
   // Beam search over this rank's contiguous share of the split, BLEU of all ranks' shares
   // against the split's target lines (both BPE-removed when remove_bpe is set).
@@ -77,12 +77,12 @@ class Trainer {
   const ParallelCorpus& parallel_corpus() const { return parallel_; }
   ParamStore<float>& params() { return mt_ ? mt_->params : model_->params; }
   std::vector<Norm<float>*> norms() { return mt_ ? mt_->norms() : model_->norms(); }
-
- private:
-  void setup();  // what both constructors share, once the model exists
   // Runs fn with the evaluation's norm state (rank 0's or the mean over ranks, --pn-eval-state)
   // and gives every rank its own rank-local state back afterwards.
   void with_eval_state(const std::function<void()>& fn);
+
+ private:
+  void setup();  // what both constructors share, once the model exists
   void log_model_summary();
   void log_lm_summary();
   // Saves checkpoint_<update> (all ranks take part). Returns false and warns once on failure,

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "trainer/fairseq_data.h"
+
 namespace fs = std::filesystem;
 
 namespace pn {
@@ -111,6 +113,9 @@ ParallelCorpus load_parallel_corpus(const std::string& dir, const std::string& s
   if (source_lang.empty() || target_lang.empty() || source_lang == target_lang)
     throw std::runtime_error("translation needs distinct --source-lang and --target-lang "
                              "(for example de and en)");
+  if (is_fairseq_translation_dir(dir, source_lang, target_lang, train_subset))
+    return load_fairseq_parallel_corpus(dir, source_lang, target_lang, joint, train_subset,
+                                        valid_subset, test_subset);
   const std::string subsets[3] = {train_subset, valid_subset, test_subset};
   const std::string langs[2] = {source_lang, target_lang};
   std::string names[3][2];

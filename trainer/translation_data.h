@@ -37,7 +37,9 @@ struct ParallelCorpus {
   ParallelSplit train, valid, test;
 };
 
-// Reads DIR/<train_subset>.<src|tgt>, DIR/<valid_subset>.*, DIR/<gen_subset>.*; builds the
+// Reads fairseq-preprocess output when DIR holds it (dict.<lang>.txt and
+// <split>.<src>-<tgt>.<lang>.bin/.idx, trainer/fairseq_data.h). Otherwise
+// reads DIR/<train_subset>.<src|tgt>, DIR/<valid_subset>.*, DIR/<gen_subset>.*; builds the
 // vocabularies from the training split (joint over both sides when `joint`). Throws
 // std::runtime_error naming a missing file, an empty one or a line-count mismatch.
 ParallelCorpus load_parallel_corpus(const std::string& dir, const std::string& source_lang,

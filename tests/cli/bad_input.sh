@@ -31,4 +31,19 @@ expect_error "unknown norm 'foo'" --norm foo
 expect_error "--pn-variant .fairseq. is unknown" --pn-variant fairseq
 expect_error "NaN/Inf for 5 updates in a row .*lower --lr" --lr 1e12 --max-update 12 --warmup-updates 0 \
   --lr-scheduler fixed --decoder-embed-dim 32 --decoder-ffn-embed-dim 64
+# fairseq data-bins: a wrong magic and a .bin shorter than its index (one 3-token sentence).
+mkdir -p "$tmp/fs_magic" "$tmp/fs_short"
+for d in fs_magic fs_short; do
+  printf 'a 1\n' > "$tmp/$d/dict.txt"
+  for s in train valid test; do
+    printf 'MMIDIDX\0\0\1\0\0\0\0\0\0\0\10\1\0\0\0\0\0\0\0\2\0\0\0\0\0\0\0' > "$tmp/$d/$s.idx"
+    printf '\3\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1\0\0\0\0\0\0\0' >> "$tmp/$d/$s.idx"
+    printf '\4\0\4\0\2\0' > "$tmp/$d/$s.bin"
+  done
+done
+printf 'XX' | dd of="$tmp/fs_magic/train.idx" bs=1 seek=0 conv=notrunc 2>/dev/null
+truncate -s 4 "$tmp/fs_short/train.bin"
+expect_error "train.idx' is not a fairseq mmap index: expected the magic" --data "$tmp/fs_magic"
+expect_error "train.bin' is truncated: its index describes 3 tokens" --data "$tmp/fs_short"
+expect_error "--sample needs a language model" --arch transformer --data "$tmp" --sample 2
 exit $failures
