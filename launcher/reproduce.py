@@ -22,10 +22,11 @@ command, and whose evaluation is on disk is skipped, so an interrupted run conti
 stopped. Only the report is rewritten each time (from whatever cells are done).
 
 Presets (--quick is the default):
-  lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2,3
+  lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2;
+                    ablation cells of 100 updates
   lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
                     Transformer in place of the tensorized one), seeds 1,2,3
-  translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split
+  translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split, seeds 1,2
   translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
 
 Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--full]
@@ -52,15 +53,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 PRESETS = {
     # (task, preset): config, data directory (None: the config's), ablation mini-batches,
-    # ablation norms, BLEU sentences (translation; 0 = all)
+    # ablation norms, BLEU sentences (translation; 0 = all), default seeds, updates of an
+    # ablation cell (None: the config's)
     ("lm", "quick"): ("reproduce_quick_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
-                      "batch,power", 0),
+                      "batch,power", 0, "1,2", 100),
     ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
-                     "layer,batch,power_v,power", 0),
+                     "layer,batch,power_v,power", 0, "1,2,3", None),
     ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
-                               "1024,2048,4096", "batch,power", 300),
+                               "1024,2048,4096", "batch,power", 300, "1,2", None),
     ("translation", "full"): ("paper_iwslt14.ini", os.path.join(DATA, "iwslt14-de-en"),
-                              "512,1024,2048,4096", "layer,batch,power_v,power", 0),
+                              "512,1024,2048,4096", "layer,batch,power_v,power", 0, "1,2,3",
+                              None),
 }
 # The paper's numbers: Table 2 (PTB test perplexity) and Table 1 (IWSLT'14 BLEU).
 PAPER = {
@@ -474,7 +477,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     else:
         L.append("`launcher/ablate.py %s` (seed of the config): the metric after the last "
                  "update for each norm and statistics mini-batch m at a fixed %s-token update%s." %
-                 (" ".join(ablation["args"]), ablation["update_tokens"],
+                 (" ".join(ablation["args"] + ablation["extra"]), ablation["update_tokens"],
                   " (ghost statistics: one micro-batch, statistics over groups of m tokens)"
                   if ablation["ghost"] else ""))
         L.append("")
@@ -589,7 +592,8 @@ def main():
     g.add_argument("--full", dest="preset", action="store_const", const="full",
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds (default: quick 1,2, full 1,2,3)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda passes --device cuda to pntrain (needs a pntrain with its GPU "
                         "trainer)")
@@ -611,7 +615,8 @@ def main():
     a = p.parse_args(argv)
     a.preset = a.preset or "quick"
     translation = a.task == "translation"
-    cfg_name, data, minis, ab_norms, gen = PRESETS[(a.task, a.preset)]
+    cfg_name, data, minis, ab_norms, gen, default_seeds, ab_updates = PRESETS[(a.task, a.preset)]
+    a.seeds = a.seeds or default_seeds
     a.gen_sentences = gen if a.gen_sentences is None else a.gen_sentences
     config = os.path.abspath(a.config or os.path.join(ROOT, "configs", cfg_name))
     data = a.data or data
@@ -666,6 +671,10 @@ def main():
                "--update-tokens", str(a.update_tokens), "--ranks", str(a.ranks),
                "--config", config] + (["--data", data] if data else [])
     ab_args += ["--gen-sentences", str(a.gen_sentences)] if translation else ["--ghost"]
+    # The quick preset's ablation cells train for fewer updates than its table cells.
+    ab_extra = list(extra)
+    if ab_updates and flag_value(extra, "max-update", None) is None:
+        ab_extra += ["--max-update", str(ab_updates)]
 
     drawn = [({}, None, {})]  # the last figures: redrawn when the first seed's cells are done
 
@@ -680,6 +689,7 @@ def main():
                 with open(csv_path) as f:
                     ab_rows = list(csv.DictReader(f))
             ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args,
+                        "extra": (["--"] + ab_extra) if ab_extra else [],
                         "ghost": not translation, "update_tokens": a.update_tokens}
         if redraw:
             drawn[0] = figures(a, runner, rows, vlist, seeds[0], extra)
@@ -703,7 +713,7 @@ def main():
     # Figure 5 analog: ablate.py over the preset's norms and mini-batches.
     if not a.no_ablation and not a.report_only:
         cmd = [sys.executable, os.path.join(HERE, "ablate.py"), "--pntrain", a.pntrain,
-               "--out", ab_dir] + ab_args + (["--"] + extra if extra else [])
+               "--out", ab_dir] + ab_args + (["--"] + ab_extra if ab_extra else [])
         print("reproduce: Figure 5 analog: ablate.py " + " ".join(ab_args), flush=True)
         subprocess.call(cmd)
     path = report(rows, True, redraw=True)
