@@ -413,13 +413,13 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
         L.append("Perplexity after the cell's last update, mean ± sample standard deviation "
                  "(seeds). Paper: PTB test perplexity of its tensorized Transformer (Table 2).")
         L.append("")
-        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell |")
+        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell (here) |")
         L.append("|---|---|---|---|---|")
     else:
         L.append("Held-out perplexity and BLEU (beam 5) after the last update, mean ± "
                  "sample standard deviation (seeds). Paper: IWSLT'14 De-En BLEU (Table 1).")
         L.append("")
-        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell |")
+        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell (here) |")
         L.append("|---|---|---|---|---|")
     by_key = {}
     for key, label, _, _, pkey in vlist:
@@ -474,6 +474,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     elif not ablation["rows"]:
         L.append("Not run yet: `launcher/ablate.py` runs after the table's cells (`%s`)." %
                  os.path.relpath(ablation["dir"], a.out))
+        L.append("")
     else:
         L.append("`launcher/ablate.py %s` (seed of the config): the metric after the last "
                  "update for each norm and statistics mini-batch m at a fixed %s-token update%s." %
