@@ -22,15 +22,16 @@ command, and whose evaluation is on disk is skipped, so an interrupted run conti
 stopped. Only the report is rewritten each time (from whatever cells are done).
 
 Presets (--quick is the default):
-  lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2,3
+  lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2;
+                    ablation cells of 100 updates
   lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
                     Transformer in place of the tensorized one), seeds 1,2,3
-  translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split
+  translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split, seeds 1,2
   translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
 
 Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--full]
                     [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR]
-                    [--no-ablation] [-- extra pntrain flags for every cell]
+                    [--no-ablation] [--report-only] [-- extra pntrain flags for every cell]
 """
 import argparse
 import json
@@ -52,15 +53,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 PRESETS = {
     # (task, preset): config, data directory (None: the config's), ablation mini-batches,
-    # ablation norms, BLEU sentences (translation; 0 = all)
+    # ablation norms, BLEU sentences (translation; 0 = all), default seeds, updates of an
+    # ablation cell (None: the config's)
     ("lm", "quick"): ("reproduce_quick_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
-                      "batch,power", 0),
+                      "batch,power", 0, "1,2", 100),
     ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
-                     "layer,batch,power_v,power", 0),
+                     "layer,batch,power_v,power", 0, "1,2,3", None),
     ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
-                               "1024,2048,4096", "batch,power", 300),
+                               "1024,2048,4096", "batch,power", 300, "1,2", None),
     ("translation", "full"): ("paper_iwslt14.ini", os.path.join(DATA, "iwslt14-de-en"),
-                              "512,1024,2048,4096", "layer,batch,power_v,power", 0),
+                              "512,1024,2048,4096", "layer,batch,power_v,power", 0, "1,2,3",
+                              None),
 }
 # The paper's numbers: Table 2 (PTB test perplexity) and Table 1 (IWSLT'14 BLEU).
 PAPER = {
@@ -346,6 +349,47 @@ def draw_warmup(rows_by_label, valids_by_label, warmup, path):
     return True
 
 
+def figures(a, runner, rows, vlist, first_seed, extra):
+    """Figures 2-4 (plot.py), 6 (embedding spectra) and PN's warmup from the first seed's
+    finished cells: (spectra, warm, figs)."""
+    figs = {}
+    first = {r["key"]: r["dir"] for r in rows if r["seed"] == first_seed and
+             math.isfinite(r["valid_ppl"])}
+    probed = [os.path.join(first[k], "metrics.jsonl") for k in
+              ("batch", "power_v", "power", "power_authors") if k in first]
+    if probed and plt_or_none() is not None:
+        subprocess.call([sys.executable, os.path.join(HERE, "plot.py")] + probed +
+                        ["--out", os.path.join(a.out, "figs")], stdout=subprocess.DEVNULL)
+        figs["norm_stats"] = os.path.exists(os.path.join(a.out, "figs", "norm_stats.png"))
+    spectra = {}
+    try:
+        labels = {v[0]: v[1] for v in vlist}
+        spectra = embedding_spectra([(labels[k], first[k]) for k in
+                                     ("layer", "power", "power_authors", "batch")
+                                     if k in first and k in labels])
+        figs["spectra"] = draw_spectra(
+            spectra, os.path.join(a.out, "figs", "embedding_singular_values.png"))
+    except ImportError:
+        print("reproduce: numpy is missing: no Figure 6 analog (apt-get install python3-numpy)")
+    # PN's warmup: the probed PN cells' running-over-batch psi^2 over the first updates, and
+    # the first seed's validation perplexities.
+    warm = None
+    W = int(flag_value(extra, "warmup-updates", runner.ini.get("warmup-updates", "100")))
+    rows_w, valids_w = {}, {}
+    for key, label, _, _, _ in vlist:
+        if key not in first:
+            continue
+        r, v = warmup_probe(first[key], min(runner.max_update, 3 * W))
+        valids_w[label] = v
+        if r and key in ("power", "power_authors"):
+            rows_w[label] = r
+    if rows_w:
+        warm = {"warmup": W, "rows": rows_w, "valids": valids_w}
+        figs["warmup"] = draw_warmup(rows_w, valids_w, W,
+                                     os.path.join(a.out, "figs", "pn_warmup.png"))
+    return spectra, warm, figs
+
+
 # ---- the report ----
 def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed):
     L = []
@@ -355,7 +399,9 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     L.append("")
     L.append("Config `%s`, data `%s`, seeds %s, %d rank(s), device %s, %d updates per cell. "
              "Generated by `launcher/pn reproduce` in %.0f min (this invocation)." % (
-                 os.path.relpath(runner.config, ROOT), runner.data or runner.ini.get("data"),
+                 os.path.relpath(runner.config, ROOT),
+                 os.path.relpath(runner.data, ROOT) if runner.data and runner.data != "builtin"
+                 else runner.data or runner.ini.get("data"),
                  a.seeds, a.ranks, a.device, runner.max_update, elapsed / 60))
     if runner.extra:
         L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
@@ -367,13 +413,13 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
         L.append("Perplexity after the cell's last update, mean ± sample standard deviation "
                  "(seeds). Paper: PTB test perplexity of its tensorized Transformer (Table 2).")
         L.append("")
-        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell |")
+        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell (here) |")
         L.append("|---|---|---|---|---|")
     else:
         L.append("Held-out perplexity and BLEU (beam 5) after the last update, mean ± "
                  "sample standard deviation (seeds). Paper: IWSLT'14 De-En BLEU (Table 1).")
         L.append("")
-        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell |")
+        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell (here) |")
         L.append("|---|---|---|---|---|")
     by_key = {}
     for key, label, _, _, pkey in vlist:
@@ -426,11 +472,13 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     if ablation is None:
         L.append("Not run (--no-ablation).")
     elif not ablation["rows"]:
-        L.append("No finished ablation cells yet (`%s`)." % ablation["dir"])
+        L.append("Not run yet: `launcher/ablate.py` runs after the table's cells (`%s`)." %
+                 os.path.relpath(ablation["dir"], a.out))
+        L.append("")
     else:
         L.append("`launcher/ablate.py %s` (seed of the config): the metric after the last "
                  "update for each norm and statistics mini-batch m at a fixed %s-token update%s." %
-                 (" ".join(ablation["args"]), ablation["update_tokens"],
+                 (" ".join(ablation["args"] + ablation["extra"]), ablation["update_tokens"],
                   " (ghost statistics: one micro-batch, statistics over groups of m tokens)"
                   if ablation["ghost"] else ""))
         L.append("")
@@ -460,7 +508,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
         L.append("")
         L.append("![validation perplexity](figs/valid_ppl.png)")
     else:
-        L.append("Not drawn yet (needs the first seed's BN, PN-V and PN cells and matplotlib).")
+        L.append("Not drawn yet (needs the first seed's BN, PN-V or PN cells and matplotlib).")
     L.append("")
 
     L.append("## Figure 6 analog: singular values of the embedding matrix")
@@ -545,7 +593,8 @@ def main():
     g.add_argument("--full", dest="preset", action="store_const", const="full",
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
-    p.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds (default: quick 1,2, full 1,2,3)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda passes --device cuda to pntrain (needs a pntrain with its GPU "
                         "trainer)")
@@ -559,13 +608,16 @@ def main():
     p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
     p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
     p.add_argument("--no-ablation", action="store_true", help="skip the Figure 5 analog")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite REPORT.md and the figures from the finished cells")
     p.add_argument("--gen-sentences", type=int, default=None,
                    help="translation: test sentences translated for BLEU (0: all)")
     p.add_argument("--out", default=None, help="output directory (default reproduce_<task>_<preset>)")
     a = p.parse_args(argv)
     a.preset = a.preset or "quick"
     translation = a.task == "translation"
-    cfg_name, data, minis, ab_norms, gen = PRESETS[(a.task, a.preset)]
+    cfg_name, data, minis, ab_norms, gen, default_seeds, ab_updates = PRESETS[(a.task, a.preset)]
+    a.seeds = a.seeds or default_seeds
     a.gen_sentences = gen if a.gen_sentences is None else a.gen_sentences
     config = os.path.abspath(a.config or os.path.join(ROOT, "configs", cfg_name))
     data = a.data or data
@@ -614,79 +666,59 @@ def main():
     print("reproduce: %d table cells (%s x seeds %s), %d updates each, config %s -> %s" % (
         len(cells), ",".join(v[0] for v in vlist), a.seeds, runner.max_update,
         os.path.relpath(config, ROOT), a.out), flush=True)
+    ab_dir = os.path.join(a.out, "ablation")
+    ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,
+               "--mini-batches", a.mini_batches or minis,
+               "--update-tokens", str(a.update_tokens), "--ranks", str(a.ranks),
+               "--config", config] + (["--data", data] if data else [])
+    ab_args += ["--gen-sentences", str(a.gen_sentences)] if translation else ["--ghost"]
+    # The quick preset's ablation cells train for fewer updates than its table cells.
+    ab_extra = list(extra)
+    if ab_updates and flag_value(extra, "max-update", None) is None:
+        ab_extra += ["--max-update", str(ab_updates)]
+
+    drawn = [({}, None, {})]  # the last figures: redrawn when the first seed's cells are done
+
+    def report(rows, ablation_ran, redraw):
+        """REPORT.md from the finished cells (figures redrawn when asked)."""
+        ablation = None
+        if not a.no_ablation:
+            import csv
+            ab_rows = []
+            csv_path = os.path.join(ab_dir, "ablation.csv")
+            if ablation_ran and os.path.exists(csv_path):
+                with open(csv_path) as f:
+                    ab_rows = list(csv.DictReader(f))
+            ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args,
+                        "extra": (["--"] + ab_extra) if ab_extra else [],
+                        "ghost": not translation, "update_tokens": a.update_tokens}
+        if redraw:
+            drawn[0] = figures(a, runner, rows, vlist, seeds[0], extra)
+        spectra, warm, figs = drawn[0]
+        return write_report(a, runner, rows, vlist, ablation, spectra, warm, figs,
+                            time.time() - t_all)
+
     rows = []
     for i, ((key, label, norm, flags, _), seed) in enumerate(cells, 1):
         tag = "[%d/%d] %-14s seed %d" % (i, len(cells), key, seed)
+        if a.report_only:
+            cell_dir = os.path.join(a.out, "table", "%s_s%d" % (key, seed))
+            if os.path.exists(os.path.join(cell_dir, "eval.json")):
+                rows.append(runner.row(key, seed, cell_dir))
+            continue
         rows.append(runner.table_cell(key, norm, flags, seed, probe=seed == seeds[0], tag=tag))
-        # The report grows with the cells, so an interrupted run still leaves one.
-        write_report(a, runner, rows, vlist, None, {}, None, {}, time.time() - t_all)
+        # The report grows with the cells, so an interrupted run still leaves one; its
+        # figures come from the first seed's cells.
+        report(rows, False, redraw=i == len(vlist))
 
     # Figure 5 analog: ablate.py over the preset's norms and mini-batches.
-    ablation = None
-    if not a.no_ablation:
-        ab_dir = os.path.join(a.out, "ablation")
-        ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,
-                   "--mini-batches", a.mini_batches or minis,
-                   "--update-tokens", str(a.update_tokens), "--ranks", str(a.ranks),
-                   "--config", config] + (["--data", data] if data else [])
-        if translation:
-            ab_args += ["--gen-sentences", str(a.gen_sentences)]
-        else:
-            ab_args += ["--ghost"]
+    if not a.no_ablation and not a.report_only:
         cmd = [sys.executable, os.path.join(HERE, "ablate.py"), "--pntrain", a.pntrain,
-               "--out", ab_dir] + ab_args + (["--"] + extra if extra else [])
+               "--out", ab_dir] + ab_args + (["--"] + ab_extra if ab_extra else [])
         print("reproduce: Figure 5 analog: ablate.py " + " ".join(ab_args), flush=True)
         subprocess.call(cmd)
-        import csv
-        ab_rows = []
-        csv_path = os.path.join(ab_dir, "ablation.csv")
-        if os.path.exists(csv_path):
-            with open(csv_path) as f:
-                ab_rows = list(csv.DictReader(f))
-        ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args, "ghost": not translation,
-                    "update_tokens": a.update_tokens}
+    path = report(rows, True, redraw=True)
 
-    # Figures 2 to 4: plot.py over the first seed's batch-type cells.
-    figs = {}
-    first = {r["key"]: r["dir"] for r in rows if r["seed"] == seeds[0]}
-    probed = [os.path.join(first[k], "metrics.jsonl") for k in
-              ("batch", "power_v", "power", "power_authors") if k in first and
-              os.path.exists(os.path.join(first[k], "metrics.jsonl"))]
-    if probed and plt_or_none() is not None:
-        subprocess.call([sys.executable, os.path.join(HERE, "plot.py")] + probed +
-                        ["--out", os.path.join(a.out, "figs")], stdout=subprocess.DEVNULL)
-        figs["norm_stats"] = os.path.exists(os.path.join(a.out, "figs", "norm_stats.png"))
-
-    # Figure 6: embedding spectra of LN and PN.
-    spectra = {}
-    try:
-        labels = {v[0]: v[1] for v in vlist}
-        spectra = embedding_spectra([(labels[k], first[k]) for k in
-                                     ("layer", "power", "power_authors", "batch")
-                                     if k in first and k in labels])
-        figs["spectra"] = draw_spectra(
-            spectra, os.path.join(a.out, "figs", "embedding_singular_values.png"))
-    except ImportError:
-        print("reproduce: numpy is missing: no Figure 6 analog (apt-get install python3-numpy)")
-
-    # PN's warmup: the probed PN cells' running-over-batch psi^2 over the first updates, and
-    # the first seed's validation perplexities.
-    warm = None
-    W = int(flag_value(extra, "warmup-updates", runner.ini.get("warmup-updates", "100")))
-    rows_w, valids_w = {}, {}
-    for key, label, _, _, _ in vlist:
-        if key not in first:
-            continue
-        r, v = warmup_probe(first[key], min(runner.max_update, 3 * W))
-        valids_w[label] = v
-        if r and key in ("power", "power_authors"):
-            rows_w[label] = r
-    if rows_w:
-        warm = {"warmup": W, "rows": rows_w, "valids": valids_w}
-        figs["warmup"] = draw_warmup(rows_w, valids_w, W,
-                                     os.path.join(a.out, "figs", "pn_warmup.png"))
-    path = write_report(a, runner, rows, vlist, ablation, spectra, warm, figs,
-                        time.time() - t_all)
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t_all) / 60))
     failed = [r for r in rows if not math.isfinite(r["valid_ppl"])]
     if failed:
