@@ -92,8 +92,9 @@ void* device_alloc(size_t bytes) {
         cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
+        const std::string who = error_context().empty() ? "" : error_context() + ": ";
         throw std::runtime_error(
-            "out of GPU memory: asked for " + std::to_string(bytes >> 20) + " MiB with " +
+            who + "out of GPU memory: asked for " + std::to_string(bytes >> 20) + " MiB with " +
             std::to_string(free_b >> 20) + " MiB free of " + std::to_string(total_b >> 20) +
             " MiB; lower --max-tokens (or --tokens-per-sample, the model size)");
       }
@@ -272,6 +273,15 @@ Device resolve_device(const std::string& name, bool say) {
                              "); use --device cpu, or run where nvidia-smi lists a GPU");
   return d;
 }
+
+namespace {
+std::string& error_context_storage() {
+  static std::string who;
+  return who;
+}
+}  // namespace
+void set_error_context(const std::string& who) { error_context_storage() = who; }
+const std::string& error_context() { return error_context_storage(); }
 
 void set_num_threads(int n) {
   if (n < 1) n = 1;

@@ -70,6 +70,9 @@ bool parse_device(const std::string& name, Device* out);  // "cpu", "cuda", "sim
 // --device: "auto" is cuda when the build has CUDA and a GPU is visible, else cpu (saying why
 // when `say`); "cuda" without a usable GPU throws the runtime's reason.
 Device resolve_device(const std::string& name, bool say);
+// Who this process is in error messages of the device path ("rank 3"; empty: say nothing).
+void set_error_context(const std::string& who);
+const std::string& error_context();
 // Threads for this rank's OpenMP loops and GEMMs.
 void set_num_threads(int n);
 int num_threads();

@@ -178,6 +178,7 @@ int main(int argc, char** argv) {
   // outlives the trainer). A GPU run's ranks talk through NCCL.
   std::unique_ptr<pn::DeviceScope> scope;
   try {
+    if (comm->size() > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     scope = std::make_unique<pn::DeviceScope>(device, comm->local_rank());
     if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();

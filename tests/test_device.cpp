@@ -150,7 +150,9 @@ TEST_P(DeviceLm, TrainsAsTheCpu) {
   const RunResult cpu = train_on(Device::CPU, o);
   const RunResult dev = train_on(device, o);
   expect_same_run(device, dev, cpu, 1e-4, 1e-3, c.name);
-  if (device == Device::Sim) EXPECT_EQ(dev.valid_nll, cpu.valid_nll);
+  if (device == Device::Sim) {
+    EXPECT_EQ(dev.valid_nll, cpu.valid_nll);
+  }
   // Every running statistic after update 1 (before errors could compound).
   o.max_update = 1;
   o.validate_interval_updates = 0;
@@ -182,7 +184,9 @@ TEST_P(DeviceRuns, TranslationTrainsAsTheCpu) {
     const RunResult cpu = train_on(Device::CPU, o), dev = train_on(device, o);
     expect_same_run(device, dev, cpu, 1e-4, 1e-3, std::string("translation, encoder ") + enc);
     ASSERT_FALSE(cpu.hyps.empty());
-    if (device == Device::Sim) EXPECT_EQ(dev.hyps, cpu.hyps) << enc;  // beam search too
+    if (device == Device::Sim) {
+      EXPECT_EQ(dev.hyps, cpu.hyps) << enc;  // beam search too
+    }
   }
 }
 

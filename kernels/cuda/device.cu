@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/device.h"
 
 namespace pn::cuda {
 
@@ -22,7 +23,9 @@ int device_count() {
 
 void fail(const char* lib, const char* call, const char* detail, const char* file, int line) {
   char msg[1024];
-  std::snprintf(msg, sizeof msg, "%s error: %s at %s:%d: %s", lib, call, file, line, detail);
+  const std::string& who = error_context();  // "rank 3" in a multi-rank run
+  std::snprintf(msg, sizeof msg, "%s%s%s error: %s at %s:%d: %s", who.c_str(),
+                who.empty() ? "" : ": ", lib, call, file, line, detail);
   throw std::runtime_error(msg);
 }
 
