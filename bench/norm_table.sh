@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Valid perplexity of every norm after the same short PTB budget, under mpirun -np 2
-# (issue 3's table). Usage: bench/norm_table.sh [BUILD] [PTB] [UPDATES] [OUTDIR]
+# (the norm speed table). Usage: bench/norm_table.sh [BUILD] [PTB] [UPDATES] [OUTDIR]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-$root/build}"; ptb="${2:-$root/../shared/data/ptb}"; updates="${3:-300}"

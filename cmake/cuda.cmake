@@ -1,4 +1,4 @@
-# The CUDA and NCCL path (issue 6), included from the top-level CMakeLists.txt after pn_comm and
+# The CUDA and NCCL path, included from the top-level CMakeLists.txt after pn_comm and
 # pn_kernels exist. Only does something when PN_HAVE_CUDA is ON.
 #   * pn_kernels: nvcc flags for kernels/cuda/*.cu (sources added by the top-level glob).
 #   * pn_comm: comm/nccl_comm.cpp and PN_HAVE_NCCL when NCCL is found (Debian's libnccl-dev or

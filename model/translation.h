@@ -1,4 +1,4 @@
-// The translation model of issue 8: a pre-norm Transformer encoder-decoder (fairseq's
+// The translation model: a pre-norm Transformer encoder-decoder (fairseq's
 // `transformer` with --encoder-normalize-before --decoder-normalize-before).
 //   encoder:  h0 = dropout(sqrt(d) E[src] + P)
 //             per block: m = h + dropout(self_attn(norm_self(h), key padding mask))

@@ -1,4 +1,4 @@
-// Ghost statistics (--stats-batch-tokens, issue 5): one large micro-batch whose batch-type
+// Ghost statistics (--stats-batch-tokens): one large micro-batch whose batch-type
 // norms take statistics over groups of K tokens must equal K-token gradient accumulation.
 #include <glog/logging.h>
 #include <gtest/gtest.h>

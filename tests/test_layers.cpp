@@ -1,4 +1,4 @@
-// Finite-difference checks (double precision) of every layer of issue 2, and kernel checks.
+// Finite-difference checks (double precision) of every layer, and kernel checks.
 #include <gtest/gtest.h>
 
 #include "comm/communicator.h"

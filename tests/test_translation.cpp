@@ -1,4 +1,4 @@
-// Translation (issue 8): parallel data and batches, the encoder-decoder's gradients, padding
+// Translation: parallel data and batches, the encoder-decoder's gradients, padding
 // invariance of outputs and batch statistics, beam search against greedy decoding, and the
 // shared training loop (accumulation, exact resume).
 #include <glog/logging.h>

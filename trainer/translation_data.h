@@ -1,4 +1,4 @@
-// Parallel data for translation (issue 8): fairseq's prepared layout DIR/{train,valid,test}.{src,tgt}
+// Parallel data for translation: fairseq's prepared layout DIR/{train,valid,test}.{src,tgt}
 // (tokenized, BPE'd text, one sentence per line, line i of .src translating line i of .tgt).
 //
 // Sentences are encoded with a Vocabulary (<pad> 0, <eos> 1, <unk> 2); every sentence ends in

@@ -1,4 +1,4 @@
-// The CUDA twins of kernels/kernels.h and kernels/norm_kernels.h (issue 6).
+// The CUDA twins of kernels/kernels.h and kernels/norm_kernels.h.
 //
 // Same operations, same argument order and the same math as the CPU kernels, in float, on raw
 // device pointers, each enqueued on the stream given last (or on the Blas context's stream).

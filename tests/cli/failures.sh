@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Failure handling of issue 4 under mpirun -np 2: a rank that dies or hangs ends the job with a
+# Failure handling under mpirun -np 2: a rank that dies or hangs ends the job with a
 # message naming it and leaves no process behind; NaN updates are skipped, then fatal; ranks
 # whose parameters diverge are caught; a checkpoint from another model shape is refused.
 # Usage: failures.sh PNTRAIN MPIRUN...

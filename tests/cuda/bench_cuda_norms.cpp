@@ -1,5 +1,5 @@
 // pnbench_cuda_norms: forward + backward time of every norm's CUDA kernels beside a device copy
-// of the same bytes (issue 6 asks for at least 70% of the copy's bandwidth). Not a test: it
+// of the same bytes (the target: at least 80% of the copy's bandwidth). Not a test: it
 // prints a table and exits 0, or says that no GPU is visible.
 //
 //   pnbench_cuda_norms [rows d]      (default 16384 1024)

@@ -1,4 +1,4 @@
-// Issue 4 under mpirun: SPEC 4's three ways to make one update, and exact resume with
+// Under mpirun: SPEC 4's three ways to make one update, and exact resume with
 // rank-local PN state.
 #include <glog/logging.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Translation under mpirun (issue 8): SPEC 4's update splits with `layer` and `sync_batch`
+// Translation under mpirun: SPEC 4's update splits with `layer` and `sync_batch`
 // encoders, and the bucketed gradient all-reduce of the encoder-decoder (whose gradients
 // complete in a different order than the LM's).
 #include <glog/logging.h>
