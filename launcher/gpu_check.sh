@@ -22,13 +22,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$BUNDLE" ] && [ -n "$OUT" ] || { echo "usage: pn gpu-check --bundle DIR --out REPORT_DIR" >&2; exit 2; }
-[ -f "$BUNDLE/pn-gpu.tar.xz" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.xz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
+[ -f "$BUNDLE/pn-gpu.tar.gz" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.gz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 B="$(mktemp -d)"
 trap 'rm -rf "$B"' EXIT
-tar -C "$B" -xJf "$BUNDLE/pn-gpu.tar.xz"
+tar -C "$B" -xzf "$BUNDLE/pn-gpu.tar.gz"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
 : > "$OUT/report.txt"
