@@ -21,6 +21,7 @@
 
 #include "kernels/device.h"
 #include "kernels/kernels.h"
+#include "layers/device_allreduce.h"
 #include "trainer/checkpoint.h"
 #include "trainer/interrupt.h"
 #include "trainer/schedule.h"
@@ -824,11 +825,7 @@ void Trainer::start_gradient_allreduce(Bucket& bk) {
   } else if (ctx.device == Device::CUDA && comm_.device_collectives()) {
     bk.request = comm_.iallreduce_sum_device(g, n, ctx.stream);  // its own stream, after this one
   } else {  // staged through the host, blocking
-    std::vector<float> host(n);
-    copy_to_host(host.data(), g, n * sizeof(float));
-    synchronize();
-    comm_.allreduce_sum(host.data(), n);
-    copy_to_device(g, host.data(), n * sizeof(float));
+    allreduce_staged(comm_, g, n);
     bk.request = -2;  // done
   }
 }

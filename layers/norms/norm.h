@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/buffer.h"
+#include "layers/device_allreduce.h"
 #include "layers/params.h"
 
 namespace pn {
@@ -77,11 +78,7 @@ inline void allreduce_stats(Communicator& comm, double* buf, size_t n) {
   if (ctx.device == Device::CPU) return comm.allreduce_sum(buf, n);
   if (ctx.device == Device::CUDA && comm.device_collectives())
     return comm.allreduce_sum_device(buf, n, ctx.stream);
-  std::vector<double> host(n);
-  copy_to_host(host.data(), buf, n * sizeof(double));
-  synchronize();
-  comm.allreduce_sum(host.data(), n);
-  copy_to_device(buf, host.data(), n * sizeof(double));
+  allreduce_staged(comm, buf, n);
 }
 
 template <class T>
