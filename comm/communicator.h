@@ -25,7 +25,12 @@ struct Communicator {
 
   // Non-blocking sum: starts the reduction and returns a handle; the buffer must stay untouched
   // until wait(). test() lets the reduction progress (MPI progresses only inside MPI calls).
-  using Request = int;
+  // A pending host sum: an index into the communicator's own table; `id < 0` = nothing to wait
+  // for. Device sums have their own type (DeviceRequest), so neither kind can be handed to the
+  // other's wait.
+  struct Request {
+    int id = -1;
+  };
   virtual Request iallreduce_sum(float* buf, size_t n) = 0;
   virtual Request iallreduce_sum(double* buf, size_t n) = 0;
   virtual bool test(Request r) = 0;
@@ -55,11 +60,18 @@ struct Communicator {
   virtual bool device_collectives() const { return size() == 1; }
   virtual void allreduce_sum_device(float* buf, size_t n, void* stream) { single_rank_only(); }
   virtual void allreduce_sum_device(double* buf, size_t n, void* stream) { single_rank_only(); }
-  virtual Request iallreduce_sum_device(float* buf, size_t n, void* stream) {
+  struct DeviceRequest {
+    int id = -1;
+  };
+  virtual DeviceRequest iallreduce_sum_device(float* buf, size_t n, void* stream) {
     single_rank_only();
-    return -1;
+    return {};
   }
-  virtual void wait_device(Request r, void* stream) {}
+  virtual void wait_device(DeviceRequest r, void* stream) {}
+  // An error that device collectives reported asynchronously (NCCL: a peer or the network
+  // failed), or "" while there is none. The watchdog polls it from its own thread and ends the
+  // job with it, rather than letting the GPU spin in a collective that can never complete.
+  virtual std::string device_error() { return ""; }
 
  private:
   void single_rank_only() {

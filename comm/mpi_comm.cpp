@@ -114,7 +114,7 @@ struct MpiCommunicator final : Communicator {
   Request start(void* buf, size_t n, MPI_Datatype type) {
     if (n > size_t(1) << 30) {  // beyond one MPI count: fall back to the blocking path
       reduce(buf, n, type, MPI_SUM);
-      return -1;
+      return {};
     }
     MPI_Request req;
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), type, MPI_SUM, MPI_COMM_WORLD, &req),
@@ -122,20 +122,20 @@ struct MpiCommunicator final : Communicator {
     for (size_t i = 0; i < requests.size(); ++i)
       if (requests[i] == MPI_REQUEST_NULL) {
         requests[i] = req;
-        return Request(i);
+        return Request{int(i)};
       }
     requests.push_back(req);
-    return Request(requests.size() - 1);
+    return Request{int(requests.size() - 1)};
   }
   bool test(Request r) override {
-    if (r < 0 || requests[r] == MPI_REQUEST_NULL) return true;
+    if (r.id < 0 || requests[r.id] == MPI_REQUEST_NULL) return true;
     int done = 0;
-    check_mpi(MPI_Test(&requests[r], &done, MPI_STATUS_IGNORE), "MPI_Test");
+    check_mpi(MPI_Test(&requests[r.id], &done, MPI_STATUS_IGNORE), "MPI_Test");
     return done != 0;
   }
   void wait(Request r) override {
-    if (r < 0 || requests[r] == MPI_REQUEST_NULL) return;
-    complete(&requests[r], "a non-blocking all-reduce");
+    if (r.id < 0 || requests[r.id] == MPI_REQUEST_NULL) return;
+    complete(&requests[r.id], "a non-blocking all-reduce");
   }
   void broadcast(void* buf, size_t bytes, int root) override {
     const size_t chunk = size_t(1) << 30;

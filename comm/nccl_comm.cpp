@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +24,8 @@ struct NcclCommunicator final : Communicator {
   std::vector<cudaEvent_t> done;         // per request: the sum has completed on bucket_stream
   std::vector<bool> done_busy;
   cudaEvent_t ready = nullptr;  // the caller's stream reached the bucket
-  void* pinned = nullptr;       // staging buffer (fallback only)
+  std::atomic<bool> aborted{false};  // ncclCommAbort was called (by abort(), maybe another thread)
+  void* pinned = nullptr;            // staging buffer (fallback only)
   size_t pinned_bytes = 0;
 
   explicit NcclCommunicator(std::unique_ptr<Communicator> h) : host(std::move(h)) {
@@ -55,7 +57,7 @@ struct NcclCommunicator final : Communicator {
     }
   }
   ~NcclCommunicator() override {
-    if (nccl) ncclCommDestroy(nccl);
+    if (nccl && !aborted) ncclCommDestroy(nccl);
     for (cudaEvent_t e : done) cudaEventDestroy(e);
     if (ready) cudaEventDestroy(ready);
     if (bucket_stream) cudaStreamDestroy(bucket_stream);
@@ -132,13 +134,26 @@ struct NcclCommunicator final : Communicator {
   void wait(Request r) override {
     on_host([&] { host->wait(r); });
   }
+  // Called by the watchdog thread too: aborting the NCCL communicator first ends the collectives
+  // that a dead or hung peer would keep spinning on the GPU, so that the process can exit.
   [[noreturn]] void abort(const std::string& msg, int code) override {
+    if (nccl && !aborted.exchange(true)) ncclCommAbort(nccl);
     host->abort(msg, code);
     std::_Exit(code);  // not reached: host->abort ends the job
   }
 
   // ---- device sums ----------------------------------------------------------------------------
   bool device_collectives() const override { return true; }
+
+  std::string device_error() override {
+    if (!nccl || aborted) return "";
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(nccl, &async) != ncclSuccess || async == ncclSuccess ||
+        async == ncclInProgress)
+      return "";
+    return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async) +
+           " (a peer rank died or the network failed; NCCL_DEBUG=WARN says more)";
+  }
 
   template <class T>
   void staged_sum(T* buf, size_t n, cudaStream_t s) {
@@ -168,11 +183,11 @@ struct NcclCommunicator final : Communicator {
     device_sum(buf, n, static_cast<cudaStream_t>(stream), ncclFloat64);
   }
 
-  Request iallreduce_sum_device(float* buf, size_t n, void* stream) override {
+  DeviceRequest iallreduce_sum_device(float* buf, size_t n, void* stream) override {
     const cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (staged || n == 0) {  // the fallback is synchronous: nothing left to wait for
       device_sum(buf, n, s, ncclFloat32);
-      return -1;
+      return {};
     }
     size_t r = 0;
     while (r < done.size() && done_busy[r]) ++r;
@@ -187,12 +202,13 @@ struct NcclCommunicator final : Communicator {
     check(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nccl, bucket_stream), "ncclAllReduce");
     cuda(cudaEventRecord(done[r], bucket_stream), "cudaEventRecord");
     done_busy[r] = true;
-    return Request(r);
+    return DeviceRequest{int(r)};
   }
-  void wait_device(Request r, void* stream) override {
-    if (r < 0 || size_t(r) >= done.size() || !done_busy[r]) return;
-    cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done[r], 0), "cudaStreamWaitEvent");
-    done_busy[r] = false;  // the wait captured the event; it may be recorded again
+  void wait_device(DeviceRequest r, void* stream) override {
+    if (r.id < 0 || size_t(r.id) >= done.size() || !done_busy[r.id]) return;
+    cuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done[r.id], 0),
+         "cudaStreamWaitEvent");
+    done_busy[r.id] = false;  // the wait captured the event; it may be recorded again
   }
 };
 

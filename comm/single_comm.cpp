@@ -17,8 +17,8 @@ struct SingleCommunicator final : Communicator {
   void allreduce_max(double*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
-  Request iallreduce_sum(float*, size_t) override { return 0; }
-  Request iallreduce_sum(double*, size_t) override { return 0; }
+  Request iallreduce_sum(float*, size_t) override { return {}; }
+  Request iallreduce_sum(double*, size_t) override { return {}; }
   bool test(Request) override { return true; }
   void wait(Request) override {}
   [[noreturn]] void abort(const std::string& msg, int code) override {

@@ -1,7 +1,10 @@
 // A per-rank watchdog: a thread that ends the whole job when this rank makes no progress for
-// timeout_s (stuck in a kernel, a deadlock, a frozen file system), naming the rank and the phase
-// it was in. Peers waiting for this rank in a collective time out a little later (their limit
-// is longer), so the stuck rank's own message comes first.
+// timeout_s (stuck in a kernel, a deadlock, a frozen file system, a GPU collective whose peer is
+// gone), naming the rank and the phase it was in. Peers waiting for this rank in a collective
+// time out a little later (their limit is longer), so the stuck rank's own message comes first.
+// It also ends the job at once when the device collectives report an asynchronous error.
+// Ending the job goes through Communicator::abort, which for NCCL aborts the communicator first
+// (ncclCommAbort releases the kernels spinning in the collective) and then stops every rank.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -43,6 +46,11 @@ class Watchdog {
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
       if (comm_.in_collective) last_.store(now());  // waiting for peers is not being stuck
+      const std::string device_error = stop_ ? "" : comm_.device_error();
+      if (!device_error.empty())
+        comm_.abort("rank " + std::to_string(comm_.rank()) + ": " + device_error +
+                        " (last in: " + phase_.load() + "); the job is stopped",
+                    5);
       if (!stop_ && now() - last_.load() > timeout_s_)
         comm_.abort("rank " + std::to_string(comm_.rank()) + " made no progress for " +
                         std::to_string(int(timeout_s_)) + " s (last in: " + phase_.load() +

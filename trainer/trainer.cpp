@@ -444,7 +444,10 @@ void Trainer::plan_buckets() {
   buckets_.clear();
   for (size_t end = n; end > 0;) {
     const size_t begin = end > per ? end - per : 0;
-    buckets_.push_back({begin, end, -1});
+    Bucket b;
+    b.begin = begin;
+    b.end = end;
+    buckets_.push_back(b);
     end = begin;
   }
 }
@@ -642,10 +645,10 @@ TrainResult Trainer::train() {
       micro_step(update, micro, dseed,
                  overlap ? GradsReady([&](size_t begin) {
                    for (Bucket& bk : buckets_) {
-                     if (bk.request == -1 && bk.begin >= begin)
+                     if (bk.sum == Bucket::Sum::idle && bk.begin >= begin)
                        start_gradient_allreduce(bk);
-                     else if (bk.request >= 0 && current_device() == Device::CPU)
-                       comm_.test(bk.request);  // MPI progresses inside MPI calls
+                     else if (bk.sum == Bucket::Sum::host)
+                       comm_.test(bk.host);  // MPI progresses inside MPI calls
                    }
                  })
                          : nullptr);
@@ -821,25 +824,24 @@ void Trainer::start_gradient_allreduce(Bucket& bk) {
   const size_t n = bk.end - bk.begin;
   const Context& ctx = current_context();
   if (ctx.device == Device::CPU) {
-    bk.request = comm_.iallreduce_sum(g, n);
+    bk.host = comm_.iallreduce_sum(g, n);
+    bk.sum = Bucket::Sum::host;
   } else if (ctx.device == Device::CUDA && comm_.device_collectives()) {
-    bk.request = comm_.iallreduce_sum_device(g, n, ctx.stream);  // its own stream, after this one
+    bk.device = comm_.iallreduce_sum_device(g, n, ctx.stream);  // own stream, after this one
+    bk.sum = Bucket::Sum::device;
   } else {  // staged through the host, blocking
     allreduce_staged(comm_, g, n);
-    bk.request = -2;  // done
+    bk.sum = Bucket::Sum::done;
   }
 }
 
 void Trainer::finish_gradient_allreduce() {
   const Context& ctx = current_context();
   for (Bucket& bk : buckets_) {
-    if (bk.request >= 0) {
-      if (ctx.device == Device::CPU)
-        comm_.wait(bk.request);
-      else
-        comm_.wait_device(bk.request, ctx.stream);  // later work on the stream waits for it
-    }
-    bk.request = -1;
+    if (bk.sum == Bucket::Sum::host) comm_.wait(bk.host);
+    if (bk.sum == Bucket::Sum::device)
+      comm_.wait_device(bk.device, ctx.stream);  // later work on the stream waits for it
+    bk.sum = Bucket::Sum::idle;
   }
 }
 

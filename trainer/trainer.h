@@ -113,8 +113,12 @@ class Trainer {
   bool restored_ = false;
   std::string last_checkpoint_;  // newest complete checkpoint of this run on disk
   struct Bucket {
-    size_t begin, end;
-    Communicator::Request request;  // -1: not started in this update, -2: summed (staged)
+    size_t begin = 0, end = 0;
+    // This update's sum: not started, pending on the host (MPI) or on the device (NCCL), or
+    // done (staged through the host, which blocks).
+    enum class Sum { idle, host, device, done } sum = Sum::idle;
+    Communicator::Request host;
+    Communicator::DeviceRequest device;
   };
   std::vector<Bucket> buckets_;
   // Sums the gradient range [begin, end) over every rank: MPI on the host, NCCL on a GPU, or

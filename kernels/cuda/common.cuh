@@ -19,13 +19,22 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 #define PN_LAUNCHED() CUDA_CHECK(cudaGetLastError())
 
 // Scratch device memory, grow-only, one pool per slot (a call may hold several slots at once).
-// Growing synchronises the device so that memory still in use by queued kernels is never freed.
-void* cuda_scratch(int slot, size_t bytes);
+// Growing frees the old block and allocates the new one in the order of stream s
+// (cudaFreeAsync/cudaMallocAsync): kernels queued earlier still read the old block, and the
+// host never waits for the device.
+void* cuda_scratch(int slot, size_t bytes, cudaStream_t s);
 template <class T>
-T* scratch_as(int slot, size_t count) {
-  return static_cast<T*>(cuda_scratch(slot, count * sizeof(T)));
+T* scratch_as(int slot, size_t count, cudaStream_t s) {
+  return static_cast<T*>(cuda_scratch(slot, count * sizeof(T), s));
 }
-enum ScratchSlot { kSlotPartials = 0, kSlotCoeffs = 1, kSlotRows = 2, kSlotSums = 3, kSlotCount = 4 };
+enum ScratchSlot {
+  kSlotPartials = 0,
+  kSlotCoeffs = 1,
+  kSlotRows = 2,
+  kSlotSums = 3,
+  kSlotSort = 4,  // embedding_backward: sorted (token, row) pairs and CUB's temporary storage
+  kSlotCount = 5
+};
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
 
@@ -137,7 +146,7 @@ void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0
   const int nch = column_chunks(rows);
   double* part = nullptr;
   if (nch > 0) {
-    part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d);
+    part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s);
     const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
     column_partials_kernel<<<grid, block, 0, s>>>(op, mask, rows, d, part);
     PN_LAUNCHED();

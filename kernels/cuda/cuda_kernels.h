@@ -14,8 +14,8 @@
 // (same formulas, different summation order); the dropout mask matches bit for bit.
 //
 // Scratch: kernels that need temporary device memory take it from a grow-only pool owned by this
-// library (cuda_scratch in common.cuh); growing it synchronises the device once, so after the
-// first steps no call allocates. One host thread per process issues these kernels, and calls
+// library (cuda_scratch in common.cuh); it grows in stream order (no device synchronisation), and
+// after the first steps no call allocates. One host thread per process issues these kernels, and calls
 // that use scratch must not run concurrently on two streams (they share the pool).
 #pragma once
 #include <cublas_v2.h>

@@ -55,7 +55,7 @@ const char* cublas_status_string(cublasStatus_t s) {
 }
 
 // ---- scratch pool ---------------------------------------------------------------------------
-void* cuda_scratch(int slot, size_t bytes) {
+void* cuda_scratch(int slot, size_t bytes, cudaStream_t s) {
   struct Pool {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -65,11 +65,10 @@ void* cuda_scratch(int slot, size_t bytes) {
   if (bytes <= p.bytes) return p.ptr;
   // Grow by at least half again, so a slowly growing shape does not resynchronise each step.
   const size_t want = bytes > p.bytes + p.bytes / 2 ? bytes : p.bytes + p.bytes / 2;
-  if (p.ptr) {
-    CUDA_CHECK(cudaDeviceSynchronize());  // kernels queued earlier may still read it
-    CUDA_CHECK(cudaFree(p.ptr));
-  }
-  CUDA_CHECK(cudaMalloc(&p.ptr, want));
+  // Stream-ordered: the old block is released after the kernels queued on s before this call.
+  if (p.ptr) CUDA_CHECK(cudaFreeAsync(p.ptr, s));
+  p.ptr = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p.ptr, want, s));
   p.bytes = want;
   return p.ptr;
 }

@@ -4,6 +4,8 @@
 // separately rounded operations, so that nvcc's FMA contraction does not change the rounding.
 #include <cmath>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -63,7 +65,7 @@ void range_sum(size_t n, Load load, double* out, cudaStream_t s) {
   if (nb > kReduceBlocks) nb = kReduceBlocks;
   if (nb == 0) nb = 1;
   const size_t chunk = (n + nb - 1) / nb;
-  double* part = scratch_as<double>(kSlotRows, nb);
+  double* part = scratch_as<double>(kSlotRows, nb, s);
   range_partials_kernel<<<unsigned(nb), kThreads, 0, s>>>(n, chunk, load, part);
   PN_LAUNCHED();
   sum_partials_kernel<<<1, kThreads, 0, s>>>(part, int(nb), out);
@@ -162,20 +164,44 @@ void embedding_forward(const int32_t* tok, int rows, int seq_len, const float* E
 // tokens add up in the CPU kernel's order with no atomics (parallel over d only; it is a small
 // cost beside the output projection's GEMM).
 namespace {
-__global__ void embedding_backward_kernel(const int32_t* tok, int rows, const float* dy, int d,
-                                          float scale, float* dE) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+// dE[tok[i]] += scale * dy[i], parallel and deterministic. A stable radix sort of (token, row)
+// pairs lists each token's rows in ascending row order; one thread per (token, column) then adds
+// them serially in that order, which is the CPU kernel's order, so the result equals it bit for
+// bit. No atomics: repeated tokens never race.
+__global__ void iota_kernel(int32_t* v, int n) {
+  PN_GRID_STRIDE(i, size_t(n)) v[i] = int32_t(i);
+}
+__global__ void embedding_backward_sorted_kernel(const int32_t* key, const int32_t* row, int rows,
+                                                 const float* dy, int d, float scale, float* dE) {
+  const int j = blockIdx.x;  // position in sorted order (gridDim.x allows 2^31-1 rows)
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= d) return;
-  for (int i = 0; i < rows; ++i) {
-    float* e = dE + size_t(tok[i]) * d + c;
-    *e = __fadd_rn(*e, __fmul_rn(scale, dy[size_t(i) * d + c]));
-  }
+  const int32_t t = key[j];
+  if (j > 0 && key[j - 1] == t) return;  // only the first row of each token's run works
+  float* e = dE + size_t(t) * d + c;
+  float acc = *e;
+  for (int k = j; k < rows && key[k] == t; ++k)
+    acc = __fadd_rn(acc, __fmul_rn(scale, dy[size_t(row[k]) * d + c]));
+  *e = acc;
 }
 }  // namespace
 void embedding_backward(const int32_t* tok, int rows, const float* dy, int d, float scale,
                         float* dE, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  embedding_backward_kernel<<<(d + 127) / 128, 128, 0, s>>>(tok, rows, dy, d, scale, dE);
+  // One scratch block: sorted keys, rows in, rows sorted, then CUB's temporary storage.
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, tok, (int32_t*)nullptr,
+                                             (const int32_t*)nullptr, (int32_t*)nullptr, rows,
+                                             0, 32, s));
+  const size_t ints = (3 * size_t(rows) + 63) / 64 * 64;  // 256-byte aligned temporary storage
+  int32_t* base = scratch_as<int32_t>(kSlotSort, ints + (temp_bytes + 3) / 4, s);
+  int32_t *key = base, *row_in = base + rows, *row = base + 2 * size_t(rows);
+  iota_kernel<<<blocks_for(rows), kThreads, 0, s>>>(row_in, rows);
+  PN_LAUNCHED();
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + ints, temp_bytes, tok, key, row_in, row, rows,
+                                             0, 32, s));
+  const dim3 grid(rows, (d + 127) / 128);
+  embedding_backward_sorted_kernel<<<grid, 128, 0, s>>>(key, row, rows, dy, d, scale, dE);
   PN_LAUNCHED();
 }
 
@@ -207,7 +233,7 @@ void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s) {
       n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s);
 }
 double sum_squares_host(const float* x, size_t n, cudaStream_t s) {
-  double* d_out = scratch_as<double>(kSlotCoeffs, 1);
+  double* d_out = scratch_as<double>(kSlotCoeffs, 1, s);
   sum_squares(x, n, d_out, s);
   double h = 0;
   CUDA_CHECK(cudaMemcpyAsync(&h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
@@ -215,7 +241,7 @@ double sum_squares_host(const float* x, size_t n, cudaStream_t s) {
   return h;
 }
 bool all_finite_host(const float* x, size_t n, cudaStream_t s) {
-  double* d_out = scratch_as<double>(kSlotCoeffs, 1);
+  double* d_out = scratch_as<double>(kSlotCoeffs, 1, s);
   count_nonfinite(x, n, d_out, s);
   double h = 0;
   CUDA_CHECK(cudaMemcpyAsync(&h, d_out, sizeof h, cudaMemcpyDeviceToHost, s));
@@ -260,7 +286,7 @@ void inverse_sqrt_eps(const double* var, int d, double eps, double* inv, cudaStr
   for_each(size_t(d > 0 ? d : 0), s, [=] __device__(size_t c) { inv[c] = 1.0 / sqrt(var[c] + eps); });
 }
 void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s) {
-  double* tmp = scratch_as<double>(kSlotSums, 2);
+  double* tmp = scratch_as<double>(kSlotSums, 2, s);
   sum_squares(x, n, tmp, s);
   count_nonfinite(x, n, tmp + 1, s);
   add_inplace(out, tmp, 2, s);

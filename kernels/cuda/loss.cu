@@ -74,7 +74,7 @@ __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
 template <bool kGrad>
 void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, float eps,
           float grad_scale, double* sums, cudaStream_t s) {
-  double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3);
+  double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
   if (rows > 0) {
     xent_row_kernel<kGrad>
         <<<rows, kThreads, 0, s>>>(logits, target, mask, V, eps, grad_scale, row_out);
@@ -107,13 +107,13 @@ k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
 
 void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
                       float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
-  double* tmp = scratch_as<double>(kSlotSums, 3);
+  double* tmp = scratch_as<double>(kSlotSums, 3, s);
   softmax_xent(logits, target, mask, rows, V, label_smoothing, grad_scale, tmp, s);
   add_inplace(sums, tmp, 3, s);
 }
 void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,
                            int rows, int V, float label_smoothing, double* sums, cudaStream_t s) {
-  double* tmp = scratch_as<double>(kSlotSums, 3);
+  double* tmp = scratch_as<double>(kSlotSums, 3, s);
   softmax_xent_eval(logits, target, mask, rows, V, label_smoothing, tmp, s);
   add_inplace(sums, tmp, 3, s);
 }

@@ -273,7 +273,7 @@ void column_dot(const float* a, const float* b, const uint8_t* mask, int rows, i
 void column_affine(const float* x, int rows, int d, const double* shift, const double* scale,
                    const float* gamma, const float* beta, float* y, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d));
+  float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
   affine_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, beta, co);
   PN_LAUNCHED();
   affine_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, rows, d, co, y);
@@ -284,7 +284,7 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
                           const double* shift, const double* scale, const float* gamma,
                           const double* a, const double* b, float* dx, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d));
+  float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
   backward_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, a, b, co);
   PN_LAUNCHED();
   backward_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, dy, mask, rows, d,

@@ -49,8 +49,8 @@ TEST(NcclAcrossRanks, BucketOverlappedOnTheCommunicatorStream) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::vector<float> a(1 << 20, float(comm.rank() + 1)), b(4096, 1.f);
   DBuf<float> da(a), db(b);
-  const Communicator::Request ra = comm.iallreduce_sum_device(da.data(), a.size(), s);
-  const Communicator::Request rb = comm.iallreduce_sum_device(db.data(), b.size(), s);
+  const Communicator::DeviceRequest ra = comm.iallreduce_sum_device(da.data(), a.size(), s);
+  const Communicator::DeviceRequest rb = comm.iallreduce_sum_device(db.data(), b.size(), s);
   comm.wait_device(rb, s);
   comm.wait_device(ra, s);
   cuda::scale_inplace(da.data(), a.size(), 2.f, s);  // ordered after the sum by wait_device

@@ -21,7 +21,7 @@ TEST(SingleCommunicator, DeviceSumsAreTheIdentity) {
   auto comm = make_single_communicator();
   EXPECT_TRUE(comm->device_collectives());
   comm->allreduce_sum_device(static_cast<double*>(nullptr), 0, nullptr);
-  const Communicator::Request r =
+  const Communicator::DeviceRequest r =
       comm->iallreduce_sum_device(static_cast<float*>(nullptr), 0, nullptr);
   comm->wait_device(r, nullptr);
 }
@@ -54,7 +54,7 @@ TEST(NcclCommunicator, StatisticsAndBucketsAtOneRank) {
   // A gradient bucket on the communicator's stream, waited for on the compute stream.
   auto g = randf(100000, 3);
   DBuf<float> dg(g);
-  const Communicator::Request r = comm->iallreduce_sum_device(dg.data(), g.size(), compute);
+  const Communicator::DeviceRequest r = comm->iallreduce_sum_device(dg.data(), g.size(), compute);
   comm->wait_device(r, compute);
   cuda::scale_inplace(dg.data(), g.size(), 0.5f, compute);  // ordered after the sum
   CUDA_CHECK(cudaStreamSynchronize(compute));
