@@ -153,6 +153,25 @@ TEST(CudaKernels, EmbeddingAndPositions) {
   expect_close("embedding_backward", dgE.download(), gE, 1e-6, 1e-6);
 }
 
+TEST(CudaKernels, EmbeddingBackwardManyRowsIsDeterministic) {
+  PN_REQUIRE_GPU();
+  // More rows than a grid's y dimension holds, one token repeated 20,000 times (padding-like),
+  // the rest spread: the sorted reduction must equal the CPU's row order and repeat bit for bit.
+  const int V = 300, d = 96, rows = 70000;
+  std::vector<int32_t> tok(rows);
+  for (int i = 0; i < rows; ++i) tok[i] = i % 7 < 2 ? 1 : (i * 13 + i / 3) % V;
+  const auto dy = randf(size_t(rows) * d, 21);
+  std::vector<float> gE(size_t(V) * d, 0.f);
+  k::embedding_backward<float>(tok.data(), rows, dy.data(), d, 0.5f, gE.data());
+  DBuf<int32_t> dtok(tok);
+  DBuf<float> ddy(dy), a(gE), b(gE);
+  cuda::embedding_backward(dtok.data(), rows, ddy.data(), d, 0.5f, a.data(), kStream);
+  cuda::embedding_backward(dtok.data(), rows, ddy.data(), d, 0.5f, b.data(), kStream);
+  const auto ha = a.download(), hb = b.download();
+  EXPECT_EQ(ha, hb) << "two runs differ: the reduction is not deterministic";
+  expect_close("embedding_backward, 70,000 rows", ha, gE, 1e-6, 1e-6);
+}
+
 TEST(CudaKernels, AttentionForwardBackward) {
   PN_REQUIRE_GPU();
   cuda::Blas blas(kStream, false);
