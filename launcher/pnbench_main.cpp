@@ -42,7 +42,7 @@ struct BenchOptions {
 
 // Column order of the CSV; bench.py and the README name the same columns.
 const std::vector<std::string> kColumns = {
-    "norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
+    "norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
     "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
     "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
     "optimizer_ms", "other_ms", "note"};
@@ -56,11 +56,13 @@ const char* kUsage =
     "(warmup + measure) and --validate-interval-updates 0; giving --max-tokens, --max-update,\n"
     "--save-dir, --restore-file or --eval-only on the command line is an error (values from a\n"
     "--config file are overridden). --metrics FILE keeps the per-update JSON lines.\n\n"
-    "Columns: norm, mode, ranks, cores (of rank 0's node), threads (per rank), oversubscribed\n"
+    "--device auto|cpu|cuda|sim chooses the device as in pntrain (each rank on its node-local\n"
+    "GPU; ranks sum through NCCL).\n\n"
+    "Columns: norm, device (cpu, cuda or sim), mode, ranks, cores (of rank 0's node), threads (per rank), oversubscribed\n"
     "(1 when a node runs more ranks than it has cores: such timings are not scaling figures),\n"
     "tokens_per_rank (--max-tokens), update_freq, tokens_per_update (target tokens over all\n"
     "ranks), warmup_updates, measured_updates, tokens_per_s (median), speedup (tokens_per_s /\n"
-    "tokens_per_s of the 1-rank row of the same norm with tokens_per_rank = --tokens and the\n"
+    "tokens_per_s of the 1-rank row of the same norm and device with tokens_per_rank = --tokens and the\n"
     "same update_freq, the last one already in the CSV; empty when there is none), efficiency\n"
     "(speedup / ranks: 1 when every added rank brings its own cores or GPU),\n"
     "and the median per-update time split of rank 0 in ms: update_ms (wall time of the update),\n"
@@ -156,8 +158,8 @@ std::string join(const std::vector<std::string>& v, char sep) {
 
 // tokens_per_s of the last 1-rank row of this norm with tokens_per_rank = tokens and this
 // update_freq; NaN when the CSV holds none. Throws when the file has other columns.
-double baseline_tokens_per_s(const std::string& csv, const std::string& norm, int tokens,
-                             int update_freq) {
+double baseline_tokens_per_s(const std::string& csv, const std::string& norm,
+                             const std::string& device, int tokens, int update_freq) {
   std::ifstream in(csv);
   std::string header;
   if (!in || !std::getline(in, header) || header.empty()) return NAN;
@@ -171,7 +173,7 @@ double baseline_tokens_per_s(const std::string& csv, const std::string& norm, in
   for (std::string line; std::getline(in, line);) {
     const std::vector<std::string> f = split(line, ',');
     if (f.size() != kColumns.size()) continue;
-    if (f[col("norm")] == norm && f[col("ranks")] == "1" &&
+    if (f[col("norm")] == norm && f[col("device")] == device && f[col("ranks")] == "1" &&
         f[col("tokens_per_rank")] == std::to_string(tokens) &&
         f[col("update_freq")] == std::to_string(update_freq))
       found = std::stod(f[col("tokens_per_s")]);
@@ -279,8 +281,16 @@ int main(int argc, char** argv) {
     comm->allreduce_max(&over, 1);
     const bool oversubscribed = over > 0;
 
+    // --device as pntrain: each rank on its node-local GPU, ranks talking through NCCL.
+    const pn::Device device = pn::resolve_device(opt.device, comm->rank() == 0);
+    const std::string device_label = pn::device_name(device);
+    if (R > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
+    if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     {
+      pn::DeviceScope scope(device, comm->local_rank());
+      if (comm->rank() == 0 && device != pn::Device::CPU)
+        std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));
       trainer.train();
     }  // the trainer closes the metrics file
@@ -293,7 +303,7 @@ int main(int argc, char** argv) {
       const std::string norm = norm_label(opt);
       double base = R == 1 ? m.tokens_per_s : NAN;
       if (R > 1 && !b.csv.empty())
-        base = baseline_tokens_per_s(b.csv, norm, b.tokens, opt.update_freq);
+        base = baseline_tokens_per_s(b.csv, norm, device_label, b.tokens, opt.update_freq);
       const double speedup = m.tokens_per_s / base, efficiency = speedup / R;
       // Rank 0 knows its own node; another node may be the oversubscribed one.
       const std::string crowded =
@@ -305,11 +315,11 @@ int main(int argc, char** argv) {
       if (oversubscribed)
         LOG(WARNING) << "more ranks than cores on a node (" << crowded << "): these timings "
                      << "show that it runs, they are not scaling figures";
-      std::printf("pnbench | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
+      std::printf("pnbench | %s | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
                   "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats "
                   "all-reduce %.2f + grad all-reduce exposed %.2f + optimizer %.2f + other "
                   "%.2f%s\n",
-                  norm.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
+                  norm.c_str(), device_label.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
                   std::isfinite(speedup) ? fixed(speedup, 3).c_str() : "n/a",
                   std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
                   1e3 * m.update_s, 1e3 * m.compute_s, 1e3 * m.stats_s, 1e3 * m.grad_s,
@@ -317,7 +327,7 @@ int main(int argc, char** argv) {
                   oversubscribed ? " | OVERSUBSCRIBED" : "");
       if (!b.csv.empty())
         append_row(b.csv,
-                   {norm, b.mode, std::to_string(R), std::to_string(cores),
+                   {norm, device_label, b.mode, std::to_string(R), std::to_string(cores),
                     std::to_string(threads), oversubscribed ? "1" : "0",
                     std::to_string(opt.max_tokens), std::to_string(opt.update_freq),
                     fixed(m.ntokens, 0), std::to_string(b.warmup), std::to_string(m.updates),

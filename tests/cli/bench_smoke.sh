@@ -28,7 +28,7 @@ if [ ! -f "$csv" ]; then fail "no $csv"; else
   cat "$csv"
   "$py" - "$csv" "$cores" <<'PY' || fail "CSV check"
 import csv, math, sys
-want = ["norm", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
+want = ["norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
         "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
         "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
         "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "note"]
