@@ -148,6 +148,12 @@ void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
   PN_RUN(T, relu_backward_bias_grad, cuda::relu_backward_bias_grad(y, dy, rows, cols, db, s), y,
          dy, rows, cols, db);
 }
+void gather_rows(const void* src, size_t src_stride, const int32_t* from, int rows, size_t bytes,
+                 void* dst, size_t dst_stride) {
+  run<float>("gather_rows", cpu::gather_rows,
+             PN_CUDA(cuda::gather_rows(src, src_stride, from, rows, bytes, dst, dst_stride, s)),
+             src, src_stride, from, rows, bytes, dst, dst_stride);
+}
 void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep) {
   run<float>("dropout_mask", cpu::dropout_mask, PN_CUDA(cuda::dropout_mask(seed, n, p, keep, s)),
              seed, n, p, keep);

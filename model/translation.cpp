@@ -282,6 +282,21 @@ k::LossSums TranslationModel<T>::evaluate(const ParallelBatch& batch, bool train
   return host_loss_sums(sums, [&](double* s) { evaluate(batch, s, training); });
 }
 
+namespace {
+// Row r of each of `rows` rows: dst = src row from[r] (a device copy of `from`, kept in idx).
+template <class T>
+void gather(const Buf<T>& src, size_t stride, const int32_t* from, int rows, size_t used,
+            Buf<T>* dst) {
+  dst->resize(size_t(rows) * stride);
+  k::gather_rows(src.data(), stride * sizeof(T), from, rows, used * sizeof(T), dst->data(),
+                 stride * sizeof(T));
+}
+void upload_rows(const std::vector<int>& rows, Buf<int32_t>* idx) {
+  const std::vector<int32_t> v(rows.begin(), rows.end());
+  idx->from_host(v);
+}
+}  // namespace
+
 template <class T>
 void TranslationModel<T>::begin_decode(const ParallelBatch& batch, int beam, int max_len,
                                        DecodeState* st) {
@@ -295,23 +310,20 @@ void TranslationModel<T>::begin_decode(const ParallelBatch& batch, int beam, int
   st->rows = batch.nseq * beam;
   st->src_len = Ts;
   st->max_len = max_len;
-  st->src_mask.resize(size_t(st->rows) * Ts);
-  for (int r = 0; r < st->rows; ++r)
-    std::copy_n(batch.src_mask.data() + size_t(r / beam) * Ts, Ts,
-                st->src_mask.data() + size_t(r) * Ts);
-  st->self_kv.assign(decoder.size(), {});
-  st->cross_kv.assign(decoder.size(), {});
-  std::vector<T> kv(size_t(batch.nseq) * Ts * 2 * d);
+  std::vector<int> repeat(st->rows);  // row r decodes sentence r / beam
+  for (int r = 0; r < st->rows; ++r) repeat[r] = r / beam;
+  upload_rows(repeat, &st->from);
+  gather(src_mask, size_t(Ts), st->from.data(), st->rows, size_t(Ts), &st->src_mask);
+  st->self_kv.resize(decoder.size());
+  st->cross_kv.resize(decoder.size());
   const size_t per_seq = size_t(Ts) * 2 * d;
   for (size_t l = 0; l < decoder.size(); ++l) {
-    decoder[l].cross_attn.kv_proj.forward(enc_out.data(), batch.nseq * Ts, kv.data());
-    st->cross_kv[l].resize(size_t(st->rows) * per_seq);
-    for (int r = 0; r < st->rows; ++r)
-      std::copy_n(kv.data() + size_t(r / beam) * per_seq, per_seq,
-                  st->cross_kv[l].data() + size_t(r) * per_seq);
+    st->kv_spare.resize(size_t(batch.nseq) * per_seq);
+    decoder[l].cross_attn.kv_proj.forward(enc_out.data(), batch.nseq * Ts, st->kv_spare.data());
+    gather(st->kv_spare, per_seq, st->from.data(), st->rows, per_seq, &st->cross_kv[l]);
     st->self_kv[l].assign(size_t(st->rows) * max_len * 2 * d, T(0));
   }
-  st->ones.assign(st->rows, 1);
+  st->ones.from_host(std::vector<uint8_t>(size_t(st->rows), 1));
 }
 
 template <class T>
@@ -320,14 +332,14 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
   const int N = st->rows, d = config.dim, V = config.tgt_vocab, H = config.decoder_heads;
   if (step >= st->max_len) throw std::logic_error("decode_step past max_len");
   const Embedding<T>& emb = target_embedding();
-  const T scale = emb.scale();
-  const T* E = emb.store->p(emb.table);
-  const T* P = emb.positions.data() + size_t(step) * d;
+  st->tokens.from_host(tokens, size_t(N));
   st->x.resize(size_t(N) * d), st->a.resize(size_t(N) * d), st->out.resize(size_t(N) * d);
   st->ctx.resize(size_t(N) * d), st->q.resize(size_t(N) * d), st->tmp.resize(size_t(N) * 3 * d);
+  st->logprobs.resize(size_t(N) * V);
   T* x = st->x.data();
-  for (int n = 0; n < N; ++n)
-    for (int c = 0; c < d; ++c) x[size_t(n) * d + c] = scale * E[size_t(tokens[n]) * d + c] + P[c];
+  // x = scale * E[token] + P[step]: position `step` for every row (a sequence length of 1).
+  k::embedding_forward<T>(st->tokens.data(), N, 1, emb.store->p(emb.table),
+                          emb.positions.data() + size_t(step) * d, d, emb.scale(), x);
   const uint8_t* ones = st->ones.data();
   const size_t self_stride = size_t(st->max_len) * 2 * d;
   for (size_t l = 0; l < decoder.size(); ++l) {
@@ -335,9 +347,9 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
     b.norm_self->forward(x, ones, N, st->a.data(), false);
     b.self_attn.qkv_proj.forward(st->a.data(), N, st->tmp.data());
     T* cache = st->self_kv[l].data();
-    for (int n = 0; n < N; ++n)
-      std::copy_n(st->tmp.data() + size_t(n) * 3 * d + d, 2 * d,
-                  cache + size_t(n) * self_stride + size_t(step) * 2 * d);
+    // This step's k | v of every row into its cache at position `step`.
+    k::gather_rows(st->tmp.data() + d, 3 * d * sizeof(T), nullptr, N, 2 * d * sizeof(T),
+                   cache + size_t(step) * 2 * d, self_stride * sizeof(T));
     k::attention_step<T>(st->tmp.data(), 3 * d, cache, cache + d, 2 * d, self_stride, N,
                          step + 1, d, H, nullptr, 0, st->ctx.data());
     b.self_attn.out_proj.forward(st->ctx.data(), N, st->out.data());
@@ -354,8 +366,10 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
     k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
   }
   dec_norm_final->forward(x, ones, N, st->a.data(), false);
-  emb.output_forward(st->a.data(), N, logprobs);
-  k::log_softmax_rows<T>(logprobs, N, V);
+  emb.output_forward(st->a.data(), N, st->logprobs.data());
+  k::log_softmax_rows<T>(st->logprobs.data(), N, V);
+  copy_to_host(logprobs, st->logprobs.data(), size_t(N) * V * sizeof(T));
+  synchronize();
 }
 
 template <class T>
@@ -365,28 +379,21 @@ void TranslationModel<T>::reorder(DecodeState* st, const std::vector<int>& from,
   // into a spare buffer that is then swapped in.
   const int d = config.dim, rows = int(from.size()), Ts = st->src_len;
   const size_t stride = size_t(st->max_len) * 2 * d, used = size_t(steps_done) * 2 * d;
+  upload_rows(from, &st->from);
   for (auto& cache : st->self_kv) {
-    st->kv_spare.resize(size_t(rows) * stride);
-    for (int r = 0; r < rows; ++r)
-      std::copy_n(cache.data() + size_t(from[r]) * stride, used,
-                  st->kv_spare.data() + size_t(r) * stride);
+    gather(cache, stride, st->from.data(), rows, used, &st->kv_spare);
     cache.swap(st->kv_spare);
   }
   if (rows != st->rows) {  // sentences left: compact the per-sentence source side too
     const size_t per_seq = size_t(Ts) * 2 * d;
     for (auto& kv : st->cross_kv) {
-      st->kv_spare.resize(size_t(rows) * per_seq);
-      for (int r = 0; r < rows; ++r)
-        std::copy_n(kv.data() + size_t(from[r]) * per_seq, per_seq,
-                    st->kv_spare.data() + size_t(r) * per_seq);
+      gather(kv, per_seq, st->from.data(), rows, per_seq, &st->kv_spare);
       kv.swap(st->kv_spare);
     }
-    std::vector<uint8_t> mask(size_t(rows) * Ts);
-    for (int r = 0; r < rows; ++r)
-      std::copy_n(st->src_mask.data() + size_t(from[r]) * Ts, Ts, mask.data() + size_t(r) * Ts);
-    st->src_mask.swap(mask);
+    gather(st->src_mask, size_t(Ts), st->from.data(), rows, size_t(Ts), &st->mask_spare);
+    st->src_mask.swap(st->mask_spare);
     st->rows = rows;
-    st->ones.assign(size_t(rows), 1);
+    st->ones.from_host(std::vector<uint8_t>(size_t(rows), 1));
   }
 }
 

@@ -104,17 +104,20 @@ struct TranslationModel {
   std::vector<Norm<T>*> norms();
 
   // ---- incremental decoding (inference mode; every norm then acts on each row alone) ----
+  // The state lives on the model's device; the host hands in each step's tokens and reads its
+  // log-probabilities (one copy per step), as beam search needs them to choose.
   struct DecodeState {
     int rows = 0, beam = 1, src_len = 0, max_len = 0;
-    std::vector<uint8_t> src_mask;                  // [rows, src_len]
-    std::vector<std::vector<T>> self_kv, cross_kv;  // per decoder block: [rows, max_len|src_len, 2d]
-    std::vector<T> x, a, tmp, q, ctx, out;          // scratch of one step
-    std::vector<T> kv_spare;                        // reorder's second cache buffer
-    std::vector<uint8_t> ones;
+    Buf<uint8_t> src_mask;                  // [rows, src_len]
+    std::vector<Buf<T>> self_kv, cross_kv;  // per decoder block: [rows, max_len|src_len, 2d]
+    Buf<T> x, a, tmp, q, ctx, out, logprobs;  // one step's activations
+    Buf<T> kv_spare;                          // reorder's second cache buffer
+    Buf<uint8_t> ones, mask_spare;
+    Buf<int32_t> tokens, from;  // the step's tokens, the reorder's source rows
   };
   // Encodes the batch's sources and repeats every sentence `beam` times (rows = nseq*beam).
   void begin_decode(const ParallelBatch& batch, int beam, int max_len, DecodeState* st);
-  // Feeds tokens [rows] at position `step`; writes log-probabilities [rows, V].
+  // Feeds tokens [rows] (host) at position `step`; writes log-probabilities [rows, V] (host).
   void decode_step(DecodeState* st, const int32_t* tokens, int step, T* logprobs);
   // Row r of the new state is row from[r] of the old one (beam reordering; caches up to
   // steps_done). A shorter `from` drops rows (finished sentences); a row only ever takes a row

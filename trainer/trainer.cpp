@@ -363,20 +363,7 @@ GenerateResult Trainer::generate(const ParallelSplit& split, const GenerateOptio
                                                split.src.begin() + end);
   std::vector<Hypothesis> hyps;
   with_eval_state([&] {
-    if (current_device() == Device::CPU) return void(hyps = beam_search(*mt_, srcs, g));
-    // Beam search has no device path yet: decode with a CPU copy of the model (its parameters
-    // and evaluation norm state), which needs no communication (inference norms are row-wise).
-    const std::vector<float> values = params().data.to_host();
-    std::vector<std::vector<double>> states;
-    for (Norm<float>* n : norms())
-      for (const StateTensor& t : n->state()) states.push_back(read_state(t));
-    DeviceScope host(Device::CPU);
-    TranslationModel<float> copy(mt_->config, opt_.seed, &comm_);
-    copy.params.data.from_host(values);
-    size_t k = 0;
-    for (Norm<float>* n : copy.norms())
-      for (const StateTensor& t : n->state()) write_state(t, states[k++].data());
-    hyps = beam_search(copy, srcs, g);
+    hyps = beam_search(*mt_, srcs, g);  // on the model's device
   });
   const Vocabulary& tv = parallel_.tgt_vocab;
   for (int64_t i = begin; i < end; ++i) {

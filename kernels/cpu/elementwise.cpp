@@ -1,6 +1,7 @@
 // Element-wise kernels, embedding, reductions and the dropout mask.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -94,6 +95,13 @@ void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep) {
   const uint64_t base = splitmix64(seed);
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) keep[i] = splitmix64(base ^ (i * 0xD6E8FEB86659FD93ull)) >= threshold;
+}
+void gather_rows(const void* src, size_t src_stride, const int32_t* from, int rows, size_t bytes,
+                 void* dst, size_t dst_stride) {
+  const char* s = static_cast<const char*>(src);
+  char* d = static_cast<char*>(dst);
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(d + size_t(r) * dst_stride, s + size_t(from ? from[r] : r) * src_stride, bytes);
 }
 template <class T> void dropout_apply(T* x, const uint8_t* keep, size_t n, float p) {
   const T s = T(1) / (T(1) - T(p));

@@ -73,6 +73,8 @@ void relu_forward(const float* x, size_t n, float* y, cudaStream_t s);
 void relu_backward(const float* y, const float* dy, size_t n, float* dx, cudaStream_t s);
 // keep[i] = splitmix64(splitmix64(seed) ^ i*K) >= p*2^64: the CPU kernel's mask, bit for bit.
 void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep, cudaStream_t s);
+void gather_rows(const void* src, size_t src_stride, const int32_t* from, int rows, size_t bytes,
+                 void* dst, size_t dst_stride, cudaStream_t s);
 void dropout_apply(float* x, const uint8_t* keep, size_t n, float p, cudaStream_t s);
 
 // ---- embedding ------------------------------------------------------------------------------

@@ -121,6 +121,34 @@ void relu_backward(const float* y, const float* dy, size_t n, float* dx, cudaStr
   for_each(n, s, [=] __device__(size_t i) { dx[i] = y[i] > 0.f ? dy[i] : 0.f; });
 }
 
+// One block per destination row; its threads copy the row in words of W bytes (4 when every
+// address and length allows it, else 1).
+namespace {
+template <class W>
+__global__ void gather_rows_kernel(const W* src, size_t src_stride, const int32_t* from,
+                                   size_t words, W* dst, size_t dst_stride) {
+  const size_t r = blockIdx.x;
+  const W* s = src + size_t(from ? from[r] : int32_t(r)) * src_stride;
+  W* d = dst + r * dst_stride;
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];
+}
+}  // namespace
+void gather_rows(const void* src, size_t src_stride, const int32_t* from, int rows, size_t bytes,
+                 void* dst, size_t dst_stride, cudaStream_t s) {
+  if (rows == 0 || bytes == 0) return;
+  const bool words = (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                      src_stride | dst_stride | bytes) % 4 == 0;
+  if (words)
+    gather_rows_kernel<<<rows, kThreads, 0, s>>>(static_cast<const uint32_t*>(src), src_stride / 4,
+                                                 from, bytes / 4, static_cast<uint32_t*>(dst),
+                                                 dst_stride / 4);
+  else
+    gather_rows_kernel<<<rows, kThreads, 0, s>>>(static_cast<const uint8_t*>(src), src_stride,
+                                                 from, bytes, static_cast<uint8_t*>(dst),
+                                                 dst_stride);
+  PN_LAUNCHED();
+}
+
 void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep, cudaStream_t s) {
   // The threshold and the seed's first round are computed on the host exactly as on the CPU.
   const uint64_t threshold = uint64_t(double(p) * 18446744073709551616.0);
