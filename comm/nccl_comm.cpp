@@ -17,7 +17,11 @@ namespace {
 
 struct NcclCommunicator final : Communicator {
   std::unique_ptr<Communicator> host;  // host collectives, bootstrap, fallback, abort
-  ncclComm_t nccl = nullptr;
+  ncclComm_t nccl = nullptr;          // statistics, on the caller's (compute) stream
+  ncclComm_t nccl_buckets = nullptr;  // gradient buckets, on bucket_stream (ncclCommSplit):
+                                      // collectives of one communicator on two streams could
+                                      // interleave differently on two ranks and deadlock, and
+                                      // statistics must never queue behind a bucket
   bool staged = false;  // ranks share a GPU: device sums go through the host communicator
   int device = -1;
   cudaStream_t bucket_stream = nullptr;  // iallreduce_sum_device runs here
@@ -54,9 +58,11 @@ struct NcclCommunicator final : Communicator {
       if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
       host->broadcast(&id, sizeof id, 0);
       check(ncclCommInitRank(&nccl, size(), id, rank()), "ncclCommInitRank");
+      check(ncclCommSplit(nccl, 0, rank(), &nccl_buckets, nullptr), "ncclCommSplit");
     }
   }
   ~NcclCommunicator() override {
+    if (nccl_buckets && !aborted) ncclCommDestroy(nccl_buckets);
     if (nccl && !aborted) ncclCommDestroy(nccl);
     for (cudaEvent_t e : done) cudaEventDestroy(e);
     if (ready) cudaEventDestroy(ready);
@@ -137,7 +143,10 @@ struct NcclCommunicator final : Communicator {
   // Called by the watchdog thread too: aborting the NCCL communicator first ends the collectives
   // that a dead or hung peer would keep spinning on the GPU, so that the process can exit.
   [[noreturn]] void abort(const std::string& msg, int code) override {
-    if (nccl && !aborted.exchange(true)) ncclCommAbort(nccl);
+    if (nccl && !aborted.exchange(true)) {
+      if (nccl_buckets) ncclCommAbort(nccl_buckets);
+      ncclCommAbort(nccl);
+    }
     host->abort(msg, code);
     std::_Exit(code);  // not reached: host->abort ends the job
   }
@@ -147,12 +156,15 @@ struct NcclCommunicator final : Communicator {
 
   std::string device_error() override {
     if (!nccl || aborted) return "";
-    ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(nccl, &async) != ncclSuccess || async == ncclSuccess ||
-        async == ncclInProgress)
-      return "";
-    return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async) +
-           " (a peer rank died or the network failed; NCCL_DEBUG=WARN says more)";
+    for (ncclComm_t c : {nccl, nccl_buckets}) {
+      ncclResult_t async = ncclSuccess;
+      if (!c || ncclCommGetAsyncError(c, &async) != ncclSuccess || async == ncclSuccess ||
+          async == ncclInProgress)
+        continue;
+      return std::string("NCCL reported an asynchronous error: ") + ncclGetErrorString(async) +
+             " (a peer rank died or the network failed; NCCL_DEBUG=WARN says more)";
+    }
+    return "";
   }
 
   template <class T>
@@ -199,7 +211,8 @@ struct NcclCommunicator final : Communicator {
     }
     cuda(cudaEventRecord(ready, s), "cudaEventRecord");
     cuda(cudaStreamWaitEvent(bucket_stream, ready, 0), "cudaStreamWaitEvent");
-    check(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nccl, bucket_stream), "ncclAllReduce");
+    check(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nccl_buckets, bucket_stream),
+          "ncclAllReduce (gradient bucket)");
     cuda(cudaEventRecord(done[r], bucket_stream), "cudaEventRecord");
     done_busy[r] = true;
     return DeviceRequest{int(r)};

@@ -4,7 +4,8 @@
 // host-memory collective, the bootstrap (rank 0's ncclUniqueId is broadcast through it) and
 // abort(). The GPU is chosen by node-local rank (local_rank mod the visible devices) and made
 // current. Statistics sums run on the caller's stream (allreduce_sum_device); gradient buckets
-// on the communicator's own stream, ordered by events (iallreduce_sum_device / wait_device).
+// on the communicator's own stream through a second NCCL communicator split from the first,
+// ordered by events (iallreduce_sum_device / wait_device).
 // When two ranks share one GPU (NCCL refuses a communicator with two ranks on one device),
 // found by comparing device UUIDs across ranks, device sums fall back to copying through pinned
 // host memory and the host communicator, with a warning: correct, not fast.
