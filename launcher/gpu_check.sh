@@ -12,6 +12,8 @@
 #                   checkpoints between devices (pn_tests' cuda cases, PN_CUDA_REQUIRED=1)
 #   nccl_2ranks     2 ranks on the one GPU through the staged fallback, when MPI came along
 #   throughput      configs/ptb_small.ini tokens/s on the GPU next to the CPU
+#   vs_pytorch      the same config against PyTorch on the GPU (eager and torch.compile, fp32
+#                   and bf16; bench/vs_pytorch/gpu.py), as far as its time budget goes
 set -uo pipefail
 BUNDLE="" OUT=""
 while [ $# -gt 0 ]; do
@@ -95,6 +97,14 @@ print("throughput     ptb_small.ini tokens/s (median of updates 6-25): "
       f"cuda {rate['cuda']}, cpu {rate['cpu']}"
       + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
 PY
+fi
+if [ -d "$B/ptb" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  left=$((575 - SECONDS))
+  if [ $left -gt 60 ]; then
+    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/gpu.py" --pntrain "$B/bin/pntrain" \
+      --data "$B/ptb" --norms layer,power,batch --budget-s $((left - 10)) --out "$OUT/vs_pytorch"
+    tail -n 6 "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
+  fi
 fi
 echo "]" >> "$OUT/steps.json"
 python3 - "$OUT" <<'PY' || true

@@ -147,6 +147,9 @@ class CausalSelfAttention(nn.Module):
         h, dh = self.heads, d // self.heads
         qkv = self.qkv_proj(x).view(n, T, 3, h, dh).permute(2, 0, 3, 1, 4)  # 3, n, h, T, dh
         q, k, v = qkv[0], qkv[1], qkv[2]
+        if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2: fused (flash on GPUs)
+            ctx = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out_proj(ctx.transpose(1, 2).reshape(n, T, d))
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
         causal = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(causal, float("-inf"))

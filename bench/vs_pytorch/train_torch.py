@@ -11,11 +11,18 @@ of the flat gradient (gloo) and of the token count, gradient / tokens, AdamW ste
 weight decay, as pntrain's adam), inverse_sqrt learning rate. At R > 1 the ranks are processes
 started by torch.multiprocessing.spawn (MASTER_ADDR=127.0.0.1, a free port).
 
+On a GPU (--device cuda, one rank) the strongest configuration is on offer: --compile
+(torch.compile of the model), --precision bf16 (autocast, fp32 master weights), tf32, fused
+AdamW where PyTorch has it, and PyTorch's fused attention (scaled_dot_product_attention, flash
+where it applies) whenever PyTorch has it; the update's wall time ends with a device
+synchronisation, and the loss sums are read once per update, as pntrain does.
+
 Output (rank 0, stdout, last line): {"impl":"pytorch","norm":..,"ranks":..,"threads":..,
 "tokens_per_update":..,"tokens_per_s":median over updates W+1..W+N (tokens of all ranks over
 rank 0's wall time of the update), "peak_rss_mb":[per rank], "loss":[per measured update],..}
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -68,6 +75,10 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=0, help="threads per rank (0: cores / ranks)")
     ap.add_argument("--updates", type=int, default=20, help="measured updates N")
     ap.add_argument("--warmup", type=int, default=5, help="unmeasured warm-up updates W")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                    help="cuda only: tf32 matmuls, or bf16 autocast with fp32 master weights")
     # overrides of the config (pntrain's flag names)
     for key in DEFAULTS:
         ap.add_argument("--" + key, dest=key.replace("-", "_"), default=None)
@@ -83,6 +94,12 @@ def parse_args(argv=None):
         cfg[key] = type(default)(cfg[key]) if not isinstance(default, float) else float(cfg[key])
     if args.threads <= 0:
         args.threads = max(1, (os.cpu_count() or 1) // args.ranks)
+    if args.device == "cuda" and args.ranks != 1:
+        ap.error("--device cuda runs one rank (one GPU)")
+    if args.device == "cpu" and args.precision != "fp32":
+        ap.error("--precision %s needs --device cuda" % args.precision)
+    if args.compile and not hasattr(torch, "compile"):
+        ap.error("--compile needs PyTorch 2 (this is %s)" % torch.__version__)
     return args, cfg
 
 
@@ -180,19 +197,32 @@ def run(rank, args, cfg, port, queue):
         gen = torch.Generator().manual_seed(cfg["seed"] * 1000 + rank)
         pool = [torch.randint(1, vocab, (b1 - b0, tps + 1), generator=gen) for _ in range(4)]
 
+    dev = torch.device(args.device)
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
     torch.manual_seed(cfg["seed"])  # same init on every rank
     pn_warmup = cfg["pn-warmup"] if cfg["pn-warmup"] >= 0 else cfg["warmup-updates"] * ufreq
     model = TransformerLM(vocab, cfg["decoder-layers"], cfg["decoder-embed-dim"],
                           cfg["decoder-attention-heads"], cfg["decoder-ffn-embed-dim"], tps,
                           cfg["dropout"], args.norm, cfg["norm-eps"], cfg["norm-alpha"],
-                          cfg["pn-alpha-fwd"], cfg["pn-alpha-bkw"], pn_warmup)
+                          cfg["pn-alpha-fwd"], cfg["pn-alpha-bkw"], pn_warmup).to(dev)
     model.train()
     params = [p for p in model.parameters()]
+    forward = torch.compile(model) if args.compile else model
+    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.precision == "bf16"
+                else contextlib.nullcontext())
     if R > 1:  # identity of the initial parameters across ranks, as pntrain's broadcast
         for p in params:
             dist.broadcast(p.data, 0)
-    opt = torch.optim.AdamW(params, lr=cfg["lr"], betas=(cfg["adam-betas-1"], cfg["adam-betas-2"]),
-                            eps=cfg["adam-eps"], weight_decay=cfg["weight-decay"])
+    adam = dict(lr=cfg["lr"], betas=(cfg["adam-betas-1"], cfg["adam-betas-2"]),
+                eps=cfg["adam-eps"], weight_decay=cfg["weight-decay"])
+    try:  # one fused kernel over every parameter where PyTorch has it (2.x on GPUs)
+        opt = torch.optim.AdamW(params, fused=args.device == "cuda", **adam)
+    except (TypeError, RuntimeError):
+        opt = torch.optim.AdamW(params, **adam)
+    if args.data is None:
+        pool = [p.to(dev) for p in pool]
     eps_ls = cfg["label-smoothing"]
     total = args.warmup + args.updates
     walls, tokens, losses = [], [], []
@@ -200,23 +230,25 @@ def run(rank, args, cfg, port, queue):
         t0 = time.perf_counter()
         for p in params:
             p.grad = None
-        loss_sum = nll_sum = ntok = 0.0
+        acc = torch.zeros(3, dtype=torch.float64, device=dev)  # loss, nll, tokens: read once
         for micro in range(ufreq):
             if args.data:
                 g0 = (update * ufreq + micro) * micro_samples
                 ids = [samples.sample(g0 + i) for i in range(b0, b1)]
                 inp, tgt = samples.batch(ids)
+                inp, tgt = inp.to(dev, non_blocking=True), tgt.to(dev, non_blocking=True)
             else:
                 seqs = pool[(update * ufreq + micro) % len(pool)]
                 inp, tgt = seqs[:, :-1], seqs[:, 1:]
-            logits = model(inp)
-            loss, nll = label_smoothed_loss(logits, tgt, eps_ls)
+            with autocast:
+                logits = forward(inp)
+            loss, nll = label_smoothed_loss(logits.float(), tgt, eps_ls)
             loss.backward()
-            loss_sum += float(loss.detach())
-            nll_sum += float(nll)
-            ntok += float(tgt.numel())
+            acc[0] += loss.detach().double()
+            acc[1] += nll.double()
+            acc[2] += tgt.numel()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        sums = torch.tensor([loss_sum, nll_sum, ntok], dtype=torch.float64)
+        sums = acc.cpu()  # the update's one host read (waits for the forward and backward)
         if R > 1:  # one all-reduce of the flat gradient per update
             flat = torch.cat([g.reshape(-1) for g in grads])
             dist.all_reduce(flat)
@@ -234,6 +266,8 @@ def run(rank, args, cfg, port, queue):
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, update + 1)
         opt.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         walls.append(wall)
         tokens.append(n_all)
@@ -253,6 +287,8 @@ def run(rank, args, cfg, port, queue):
         tps_list = [t / w for t, w in zip(tokens[meas], walls[meas])]
         result = {
             "impl": "pytorch", "torch": torch.__version__, "norm": args.norm, "ranks": R,
+            "device": args.device, "compile": args.compile, "precision": args.precision,
+            "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
             "threads": args.threads, "vocab": vocab, "data": args.data or "random",
             "tokens_per_update": tokens[-1] if tokens else 0,
             "params": sum(p.numel() for p in params),
