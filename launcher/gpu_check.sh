@@ -77,16 +77,17 @@ if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
     "$B/bin/pn_cuda_mpi_tests"
 fi
 if [ -d "$B/ptb" ]; then
-  for dev in cuda cpu; do
+  for run in cuda:fp32 cuda_tf32:tf32 cpu:fp32; do
+    dev="${run%%:*}"
     step "throughput_$dev" 60 "$B/bin/pntrain" --config "$ROOT/configs/ptb_small.ini" \
-      --data "$B/ptb" --device "$dev" --max-update 25 --validate-interval-updates 0 \
-      --log-interval 10 --metrics "$OUT/throughput_$dev.jsonl"
+      --data "$B/ptb" --device "${dev%_tf32}" --precision "${run#*:}" --max-update 25 \
+      --validate-interval-updates 0 --log-interval 10 --metrics "$OUT/throughput_$dev.jsonl"
   done
   python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
 import json, statistics, sys
 out = sys.argv[1]
 rate = {}
-for dev in ("cuda", "cpu"):
+for dev in ("cuda", "cuda_tf32", "cpu"):
     try:
         rows = [json.loads(l) for l in open(f"{out}/throughput_{dev}.jsonl")]
         tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][5:]
@@ -94,7 +95,7 @@ for dev in ("cuda", "cpu"):
     except Exception as e:
         rate[dev] = None
 print("throughput     ptb_small.ini tokens/s (median of updates 6-25): "
-      f"cuda {rate['cuda']}, cpu {rate['cpu']}"
+      f"cuda {rate['cuda']}, cuda tf32 {rate['cuda_tf32']}, cpu {rate['cpu']}"
       + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
 PY
 fi

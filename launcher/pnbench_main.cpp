@@ -288,7 +288,9 @@ int main(int argc, char** argv) {
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     {
-      pn::DeviceScope scope(device, comm->local_rank());
+      if (opt.precision != "fp32" && device != pn::Device::CUDA)
+        throw std::invalid_argument("--precision " + opt.precision + " needs --device cuda");
+      pn::DeviceScope scope(device, comm->local_rank(), opt.precision == "tf32");
       if (comm->rank() == 0 && device != pn::Device::CPU)
         std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));

@@ -310,7 +310,9 @@ po::options_description describe(Options& o) {
                                         kDevices))
     ("cpu", po::bool_switch(), "compute on the CPU (--device cpu)")
     ("precision", dflt(&o.precision),
-     choices("arithmetic of the GEMMs (the CPU path trains in fp32)", kPrecisions))
+     choices("arithmetic of the GEMMs: tf32 uses the GPU's TF32 tensor cores (fp32 storage "
+                 "and accumulation); bf16 is not wired yet; the CPU path trains in fp32",
+                 kPrecisions))
     ("bf16", po::bool_switch(), "--precision bf16 (GPU only)")
     ("fp16", po::bool_switch(), "--precision bf16 (GPU only; bf16 needs no loss scaling)")
     ("log-format", dflt(&o.log_format),
@@ -594,9 +596,9 @@ void validate_options(const Options& o) {
   if (o.precision != "fp32" && on_cpu)
     fail("--precision " + o.precision + " (or --bf16/--fp16) needs a GPU: the CPU path trains "
          "in fp32; drop the flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
-  if (o.precision != "fp32")  // the bf16 GEMMs exist (kernels/cuda) but are not wired yet
-    fail("--precision " + o.precision + " (or --bf16/--fp16) is not available yet: the GPU path "
-         "trains in fp32; drop the flag");
+  if (o.precision == "bf16")  // the bf16 GEMMs exist (kernels/cuda) but are not wired yet
+    fail("--precision bf16 (or --bf16/--fp16) is not available yet: the GPU path trains in fp32 "
+         "or tf32 (--precision tf32: cuBLAS's TF32 tensor cores for the GEMMs); drop the flag");
   if (o.lr_scheduler == "cosine") {
     if (o.min_lr > o.lr) fail("--min-lr must not exceed --lr (the peak) for cosine");
     if (o.t_mult <= 0) fail("--t-mult must be positive");
