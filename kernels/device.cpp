@@ -32,7 +32,18 @@ cudaStream_t stream_of(const Context& c) { return static_cast<cudaStream_t>(c.st
 }  // namespace
 #endif
 
-DeviceScope::DeviceScope(Device device, int cuda_index, bool tf32) : previous_(current_context()) {
+GemmMath parse_gemm_math(const std::string& precision) {
+  if (precision == "tf32") return GemmMath::tf32;
+  if (precision == "bf16") return GemmMath::bf16;
+  if (precision == "fp32") return GemmMath::fp32;
+  throw std::invalid_argument("--precision '" + precision + "': choose fp32, tf32 or bf16");
+}
+const char* gemm_math_name(GemmMath m) {
+  return m == GemmMath::tf32 ? "tf32" : m == GemmMath::bf16 ? "bf16" : "fp32";
+}
+
+DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)
+    : previous_(current_context()) {
   ctx_.device = device;
   if (device == Device::CUDA) {
 #ifdef PN_HAVE_CUDA
@@ -41,12 +52,12 @@ DeviceScope::DeviceScope(Device device, int cuda_index, bool tf32) : previous_(c
       throw std::runtime_error("--device cuda: no GPU is visible (" + cuda_unavailable_reason() +
                                ")");
     ctx_.cuda_device = cuda_index % n;
-    ctx_.tf32 = tf32;
+    ctx_.gemm_math = math;
     CUDA_CHECK(cudaSetDevice(ctx_.cuda_device));
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     ctx_.stream = s;
-    ctx_.blas = new cuda::Blas(s, tf32);
+    ctx_.blas = new cuda::Blas(s, math);
 #else
     throw std::runtime_error("--device cuda: this build has no CUDA path (rebuild with PN_CUDA=ON "
                              "on a machine with the CUDA toolkit)");
@@ -234,7 +245,7 @@ std::string device_summary() {
   return "cuda:" + std::to_string(c.cuda_device) + " " + p.name + " (sm_" +
          std::to_string(p.major) + std::to_string(p.minor) + ", " +
          std::to_string(p.totalGlobalMem >> 30) + " GiB), driver " + ver(driver) + ", runtime " +
-         ver(runtime) + (c.tf32 ? ", TF32 on" : ", TF32 off");
+         ver(runtime) + ", GEMMs in " + gemm_math_name(c.gemm_math);
 #else
   return "cuda";
 #endif

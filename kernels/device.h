@@ -17,12 +17,20 @@ namespace pn {
 
 enum class Device { CPU, CUDA, Sim };
 
+// The arithmetic of the float GEMMs on a GPU (--precision). Storage, accumulation, master
+// weights, Adam and every norm statistic stay fp32 (or double) in all three: tf32 and bf16 only
+// round the GEMM operands for the tensor cores (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and
+// CUBLAS_COMPUTE_32F_FAST_16BF).
+enum class GemmMath { fp32, tf32, bf16 };
+GemmMath parse_gemm_math(const std::string& precision);  // "fp32", "tf32", "bf16"
+const char* gemm_math_name(GemmMath m);
+
 struct Context {
   Device device = Device::CPU;
   int cuda_device = -1;    // CUDA: the GPU's index
   void* stream = nullptr;  // CUDA: cudaStream_t the kernels are queued on
   void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
-  bool tf32 = false;       // CUDA: float GEMMs may use TF32 tensor cores
+  GemmMath gemm_math = GemmMath::fp32;  // CUDA: what the float GEMMs compute in
 };
 
 // This thread's current context.
@@ -34,7 +42,7 @@ inline Device current_device() { return current_context().device; }
 // its node-local rank modulo the GPUs visible).
 class DeviceScope {
  public:
-  explicit DeviceScope(Device device, int cuda_index = 0, bool tf32 = false);
+  explicit DeviceScope(Device device, int cuda_index = 0, GemmMath math = GemmMath::fp32);
   ~DeviceScope();
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;

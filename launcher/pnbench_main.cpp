@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
     {
       if (opt.precision != "fp32" && device != pn::Device::CUDA)
         throw std::invalid_argument("--precision " + opt.precision + " needs --device cuda");
-      pn::DeviceScope scope(device, comm->local_rank(), opt.precision == "tf32");
+      pn::DeviceScope scope(device, comm->local_rank(), pn::parse_gemm_math(opt.precision));
       if (comm->rank() == 0 && device != pn::Device::CPU)
         std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--precision " + opt.precision + " needs a GPU, and this run "
                                   "trains on the " + pn::device_name(device) + ": drop the flag");
     scope = std::make_unique<pn::DeviceScope>(device, comm->local_rank(),
-                                              opt.precision == "tf32");
+                                              pn::parse_gemm_math(opt.precision));
     if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();
   } catch (const std::exception& e) {
     error = e.what();

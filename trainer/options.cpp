@@ -310,8 +310,9 @@ po::options_description describe(Options& o) {
                                         kDevices))
     ("cpu", po::bool_switch(), "compute on the CPU (--device cpu)")
     ("precision", dflt(&o.precision),
-     choices("arithmetic of the GEMMs: tf32 uses the GPU's TF32 tensor cores (fp32 storage "
-                 "and accumulation); bf16 is not wired yet; the CPU path trains in fp32",
+     choices("arithmetic of the GEMMs on a GPU: tf32 and bf16 round their operands for the "
+                 "tensor cores; storage, accumulation, weights, Adam and norm statistics stay "
+                 "fp32; the CPU path trains in fp32",
                  kPrecisions))
     ("bf16", po::bool_switch(), "--precision bf16 (GPU only)")
     ("fp16", po::bool_switch(), "--precision bf16 (GPU only; bf16 needs no loss scaling)")
@@ -596,9 +597,6 @@ void validate_options(const Options& o) {
   if (o.precision != "fp32" && on_cpu)
     fail("--precision " + o.precision + " (or --bf16/--fp16) needs a GPU: the CPU path trains "
          "in fp32; drop the flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
-  if (o.precision == "bf16")  // the bf16 GEMMs exist (kernels/cuda) but are not wired yet
-    fail("--precision bf16 (or --bf16/--fp16) is not available yet: the GPU path trains in fp32 "
-         "or tf32 (--precision tf32: cuBLAS's TF32 tensor cores for the GEMMs); drop the flag");
   if (o.lr_scheduler == "cosine") {
     if (o.min_lr > o.lr) fail("--min-lr must not exceed --lr (the peak) for cosine");
     if (o.t_mult <= 0) fail("--t-mult must be positive");

@@ -37,8 +37,8 @@ int device_count();  // 0 when no GPU is visible (or no driver)
 struct Blas {
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
-  bool tf32 = false;
-  explicit Blas(cudaStream_t s, bool allow_tf32 = false);
+  GemmMath math = GemmMath::fp32;  // what the float GEMMs compute in (kernels/device.h)
+  explicit Blas(cudaStream_t s, GemmMath m = GemmMath::fp32);
   ~Blas();
   Blas(const Blas&) = delete;
   Blas& operator=(const Blas&) = delete;

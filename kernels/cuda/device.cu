@@ -74,7 +74,7 @@ void* cuda_scratch(int slot, size_t bytes, cudaStream_t s) {
 }
 
 // ---- cuBLAS ---------------------------------------------------------------------------------
-Blas::Blas(cudaStream_t s, bool allow_tf32) : stream(s), tf32(allow_tf32) {
+Blas::Blas(cudaStream_t s, GemmMath m) : stream(s), math(m) {
   CUBLAS_CHECK(cublasCreate(&handle));
   CUBLAS_CHECK(cublasSetStream(handle, s));
 }
@@ -85,7 +85,15 @@ Blas::~Blas() {
 namespace {
 cublasOperation_t op(bool t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 cublasComputeType_t compute(const Blas& b) {
-  return b.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // fp32 in and out, fp32 accumulation; tf32/bf16 round the operands for the tensor cores.
+  switch (b.math) {
+    case GemmMath::tf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case GemmMath::bf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    default:
+      return CUBLAS_COMPUTE_32F;
+  }
 }
 }  // namespace
 

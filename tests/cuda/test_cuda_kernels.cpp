@@ -19,7 +19,7 @@ constexpr cudaStream_t kStream = nullptr;  // the legacy default stream: downloa
 
 TEST(CudaKernels, GemmAllTransposes) {
   PN_REQUIRE_GPU();
-  cuda::Blas blas(kStream, /*allow_tf32=*/false);
+  cuda::Blas blas(kStream);
   const int M = 37, N = 29, K = 45;
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {
@@ -37,7 +37,7 @@ TEST(CudaKernels, GemmAllTransposes) {
 // rounding; and the rounding itself (to nearest even, 8 bits of mantissa).
 TEST(CudaKernels, Bf16GemmAndConversions) {
   PN_REQUIRE_GPU();
-  cuda::Blas blas(kStream, false);
+  cuda::Blas blas(kStream);
   const int M = 33, N = 20, K = 64;
   const auto A = randf(size_t(M) * K, 60), B = randf(size_t(K) * N, 61);
   DBuf<float> dA(A), dB(B), dAr(A.size()), dBr(B.size()), dC(size_t(M) * N);
@@ -174,7 +174,7 @@ TEST(CudaKernels, EmbeddingBackwardManyRowsIsDeterministic) {
 
 TEST(CudaKernels, AttentionForwardBackward) {
   PN_REQUIRE_GPU();
-  cuda::Blas blas(kStream, false);
+  cuda::Blas blas(kStream);
   for (int T : {1, 13, 40}) {
     const int nseq = 3, d = 32, H = 4;
     const size_t nq = size_t(nseq) * T * 3 * d, np = size_t(nseq) * H * T * T,
@@ -198,7 +198,7 @@ TEST(CudaKernels, AttentionForwardBackward) {
 // and cross-attention (separate q and k/v buffers, one sequence with every key masked).
 TEST(CudaKernels, GeneralMultiHeadAttention) {
   PN_REQUIRE_GPU();
-  cuda::Blas blas(kStream, false);
+  cuda::Blas blas(kStream);
   const int nseq = 3, d = 32, H = 4;
   struct Case {
     bool cross, causal, masked, dropout;
