@@ -11,6 +11,8 @@
 #   device_vs_cpu   the training comparisons: LM with every norm, translation, repeatability,
 #                   checkpoints between devices (pn_tests' cuda cases, PN_CUDA_REQUIRED=1)
 #   nccl_2ranks     2 ranks on the one GPU through the staged fallback, when MPI came along
+#   norm_bench      every norm's forward + backward beside a device copy of the same bytes, at
+#                   d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
 #   throughput      configs/ptb_small.ini tokens/s on the GPU next to the CPU
 #   vs_pytorch      the same config against PyTorch on the GPU (eager and torch.compile, fp32
 #                   and bf16; bench/vs_pytorch/gpu.py), as far as its time budget goes
@@ -76,6 +78,8 @@ if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
   step nccl_2ranks 45 "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
     "$B/bin/pn_cuda_mpi_tests"
 fi
+step norm_bench 60 bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
+  \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
   for run in cuda:fp32 cuda_tf32:tf32 cpu:fp32; do
     dev="${run%%:*}"
