@@ -283,7 +283,8 @@ k::LossSums TranslationModel<T>::evaluate(const ParallelBatch& batch, bool train
 }
 
 namespace {
-// Row r of each of `rows` rows: dst = src row from[r] (a device copy of `from`, kept in idx).
+// dst row r = the first `used` elements of src row from[r], rows `stride` elements apart (from:
+// device memory, as upload_rows leaves it).
 template <class T>
 void gather(const Buf<T>& src, size_t stride, const int32_t* from, int rows, size_t used,
             Buf<T>* dst) {
