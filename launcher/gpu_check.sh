@@ -34,7 +34,7 @@ B="$(mktemp -d)"
 trap 'rm -rf "$B"' EXIT
 tar -C "$B" -xzf "$BUNDLE/pn-gpu.tar.gz"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}"
+export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" PN_SOURCE_DIR="$ROOT"
 : > "$OUT/report.txt"
 echo "[" > "$OUT/steps.json"
 first=1

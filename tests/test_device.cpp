@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -287,13 +288,23 @@ TEST(SimDevice, FreshMemoryIsPoisonAndResizeZeroesNewElements) {
   EXPECT_EQ(b.to_host(), std::vector<float>(3, 0.0f));  // as std::vector::resize
 }
 
+// configs/default.ini of this checkout: PN_SOURCE_DIR from the environment (a test binary moved
+// to another machine, as `pn gpu-check` does), else the source directory it was built from.
+std::string default_config() {
+  const char* env = std::getenv("PN_SOURCE_DIR");
+  const std::string path = std::string(env ? env : PN_SOURCE_DIR) + "/configs/default.ini";
+  if (!std::filesystem::exists(path))
+    throw std::runtime_error(path + " not found: set PN_SOURCE_DIR to the repository root");
+  return path;
+}
+
 // --precision tf32 and bf16 on a GPU: 200 updates of configs/default.ini end within 1% of the
 // fp32 loss (the mean of the last 20 updates), for LayerNorm and for PN.
 TEST(Devices, CudaBf16AndTf32TrackFp32) {
   PN_REQUIRE_DEVICE(Device::CUDA);
   FLAGS_minloglevel = 1;
   for (const char* norm : {"layer", "power"}) {
-    std::vector<std::string> args = {"pntrain", "--config", PN_SOURCE_DIR "/configs/default.ini",
+    std::vector<std::string> args = {"pntrain", "--config", default_config(),
                                      "--max-update", "200", "--validate-interval-updates", "0",
                                      "--norm", norm};
     std::vector<char*> argv;
