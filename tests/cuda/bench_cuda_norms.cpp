@@ -1,6 +1,6 @@
 // pnbench_cuda_norms: forward + backward time of every norm's CUDA kernels beside a device copy
 // of the same bytes (the target: at least 80% of the copy's bandwidth). Not a test: it
-// prints a table and exits 0, or says that no GPU is visible.
+// prints a table and exits 0, or says that no GPU is visible (exit 1 under PN_CUDA_REQUIRED=1).
 //
 //   pnbench_cuda_norms [rows d]      (default 16384 1024)
 //
@@ -48,7 +48,9 @@ int main(int argc, char** argv) {
   if (e != cudaSuccess || ndev == 0) {
     std::printf("pnbench_cuda_norms: no CUDA device visible (%s); nothing to measure\n",
                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 0;
+    // Under PN_CUDA_REQUIRED=1 (pn gpu-check) measuring nothing is a failure.
+    const char* req = std::getenv("PN_CUDA_REQUIRED");
+    return req && std::string(req) == "1" ? 1 : 0;
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
