@@ -1,34 +1,6 @@
-#include <cstdio>
-#include <cstdlib>
-
-#include "comm/communicator.h"
+#include "comm/single_comm.h"
 
 namespace pn {
-namespace {
-
-struct SingleCommunicator final : Communicator {
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 1; }
-  std::string name() const override { return "single"; }
-  void allreduce_sum(float*, size_t) override {}
-  void allreduce_sum(double*, size_t) override {}
-  void allreduce_max(double*, size_t) override {}
-  void broadcast(void*, size_t, int) override {}
-  void barrier() override {}
-  Request iallreduce_sum(float*, size_t) override { return {}; }
-  Request iallreduce_sum(double*, size_t) override { return {}; }
-  bool test(Request) override { return true; }
-  void wait(Request) override {}
-  [[noreturn]] void abort(const std::string& msg, int code) override {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg.c_str());
-    std::fflush(stderr);
-    std::exit(code);
-  }
-};
-
-}  // namespace
 
 std::unique_ptr<Communicator> make_single_communicator() {
   return std::make_unique<SingleCommunicator>();

@@ -8,29 +8,17 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/single_comm.h"
 #include "comm/watchdog.h"
 
 namespace pn {
 namespace {
 
-// One rank whose device collectives fail (or not) as the test says; abort exits like the real
-// communicators do after printing the message.
-struct TestComm final : Communicator {
+// Rank 0 of two whose device collectives fail (or not) as the test says; abort ends the process
+// at once, as the real communicators' aborts end the job.
+struct TestComm final : SingleCommunicator {
   std::string async_error;
-  int rank() const override { return 0; }
   int size() const override { return 2; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 1; }
-  std::string name() const override { return "test"; }
-  void allreduce_sum(float*, size_t) override {}
-  void allreduce_sum(double*, size_t) override {}
-  void allreduce_max(double*, size_t) override {}
-  void broadcast(void*, size_t, int) override {}
-  void barrier() override {}
-  Request iallreduce_sum(float*, size_t) override { return {}; }
-  Request iallreduce_sum(double*, size_t) override { return {}; }
-  bool test(Request) override { return true; }
-  void wait(Request) override {}
   std::string device_error() override { return async_error; }
   [[noreturn]] void abort(const std::string& msg, int code) override {
     std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg.c_str());
