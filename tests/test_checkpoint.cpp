@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "lm_fixtures.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer.h"
@@ -32,14 +33,7 @@ const Corpus& corpus() {
   return c;
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 TEST(Checkpoint, ResumeContinuesBitForBit) {
   FLAGS_minloglevel = 1;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 
+#include "temp_dir.h"
 #include "comm/communicator.h"
 #include "fairseq_writer.h"
 #include "lm_fixtures.h"
@@ -20,15 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / ("pn_fairseq_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 std::string error_of(const std::function<void()>& fn) {
   try {
@@ -46,7 +39,7 @@ void patch(const std::string& file, size_t at, const std::string& bytes) {
 }
 
 TEST(FairseqIndexed, ReadsItemsOfEveryIntegerWidthWithFairseqIds) {
-  TempDir t("items");
+  TempDir t("pn_fairseq_items");
   const std::vector<std::vector<int64_t>> items = {{4, 5, 2}, {3, 2}, {200, 6, 7, 2}};
   const std::map<uint8_t, int> width = {{1, 1}, {8, 2}, {4, 4}, {5, 8}};
   for (const auto& [code, bytes] : width) {
@@ -62,7 +55,7 @@ TEST(FairseqIndexed, ReadsItemsOfEveryIntegerWidthWithFairseqIds) {
 }
 
 TEST(FairseqIndexed, RefusesMalformedFilesNamingTheFileAndWhatWasExpected) {
-  TempDir t("bad");
+  TempDir t("pn_fairseq_bad");
   const std::vector<std::vector<int64_t>> items = {{4, 5, 2}, {6, 2}};
   const std::string p = (t.path / "train").string();
   auto fresh = [&] { test::write_indexed(p, items, 8); };
@@ -105,7 +98,7 @@ TEST(FairseqIndexed, RefusesMalformedFilesNamingTheFileAndWhatWasExpected) {
 }
 
 TEST(FairseqIndexed, RefusesIdsBeyondTheDictionary) {
-  TempDir t("ids");
+  TempDir t("pn_fairseq_ids");
   std::ofstream(t.path / "dict.txt") << "a 3\nb 1\n";
   for (const char* s : {"train", "valid", "test"})
     test::write_indexed((t.path / s).string(), {{4, 5, 2}, {9, 2}});
@@ -126,7 +119,7 @@ Options ptb_lm() {
 
 TEST(FairseqData, PtbSliceAsDataBinTrainsToExactlyTheLossesOfTheText) {
   FLAGS_minloglevel = 1;
-  TempDir t("ptb");
+  TempDir t("pn_fairseq_ptb");
   if (!test::write_ptb_slice(t.path, 800, 100)) GTEST_SKIP() << "no ../shared/data/ptb";
   const Corpus text = load_corpus((t.path / "text").string());
   const Corpus bin = load_corpus((t.path / "bin").string());
@@ -150,7 +143,7 @@ TEST(FairseqData, PtbSliceAsDataBinTrainsToExactlyTheLossesOfTheText) {
 TEST(FairseqData, IwsltSliceInTheTranslationLayoutTrainsToExactlyTheLossesOfTheText) {
   FLAGS_minloglevel = 1;
   for (bool joint : {true, false}) {
-    TempDir t(joint ? "iwslt_joint" : "iwslt");
+    TempDir t(joint ? "pn_fairseq_iwslt_joint" : "pn_fairseq_iwslt");
     if (!test::write_iwslt_slice(t.path, 120, 30, joint)) GTEST_SKIP() << "no IWSLT'14 data";
     const ParallelCorpus text =
         load_parallel_corpus((t.path / "text").string(), "de", "en", joint);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "temp_dir.h"
 #include "lm_fixtures.h"
 #include "trainer/checkpoint.h"
 #include "trainer/options.h"
@@ -151,14 +152,7 @@ const Corpus& corpus_of(const std::string& pet) {
   return it->second;
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 Options small(const std::string& dir) {
   Options o = test::small_lm();
