@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 #include "kernels/kernels.h"
 #include "kernels/sim_device.h"
 
@@ -409,8 +410,8 @@ void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps
                double alpha_fwd, bool authors_rule, double* running_psi2, double* inv_s,
                double* sum_x2) {
   run<float>("pn_absorb", cpu::pn_absorb,
-             PN_CUDA(cuda::pn_absorb(stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2,
-                                     inv_s, sum_x2, s)),
+             PN_CUDA(cuda::pn_absorb(stats, t, warmup, d, eps, alpha_fwd, authors_rule,
+                                     running_psi2, inv_s, sum_x2, s)),
              stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2, inv_s, sum_x2);
 }
 void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
@@ -445,67 +446,16 @@ void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
 }
 
 // ---- instantiations -----------------------------------------------------------------------------
-#define PN_INSTANTIATE(T)                                                                          \
-  template void gemm<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T, T*, int);  \
-  template void fill<T>(T*, size_t, T);                                                            \
-  template void copy<T>(const T*, size_t, T*);                                                     \
-  template void add_inplace<T>(T*, const T*, size_t);                                              \
-  template void add<T>(const T*, const T*, size_t, T*);                                            \
-  template void scale_inplace<T>(T*, size_t, T);                                                   \
-  template void add_bias<T>(T*, const T*, int, int);                                               \
-  template void bias_grad<T>(const T*, int, int, T*);                                              \
-  template void relu_forward<T>(const T*, size_t, T*);                                             \
-  template void relu_backward<T>(const T*, const T*, size_t, T*);                                  \
-  template void bias_relu_forward<T>(T*, const T*, int, int);                                      \
-  template void relu_backward_bias_grad<T>(const T*, T*, int, int, T*);                            \
-  template void dropout_apply<T>(T*, const uint8_t*, size_t, float);                               \
-  template void dropout_add<T>(const T*, const T*, const uint8_t*, float, size_t, T*);             \
-  template void dropout_copy<T>(const T*, const uint8_t*, float, size_t, T*);                      \
-  template void sinusoidal_positions<T>(int, int, T*);                                             \
-  template void embedding_forward<T>(const int32_t*, int, int, const T*, const T*, int, T, T*);    \
-  template void embedding_backward<T>(const int32_t*, int, const T*, int, T, T*);                  \
-  template void attention_forward<T>(const T*, int, int, int, int, T*, T*);                        \
-  template void attention_backward<T>(const T*, const T*, const T*, int, int, int, int, T*, T*);   \
-  template void mha_forward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,    \
-                               bool, const uint8_t*, const uint8_t*, float, T*, T*, T*);           \
-  template void mha_backward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,   \
-                                bool, const uint8_t*, const uint8_t*, float, const T*, const T*,   \
-                                const T*, T*, T*, T*, T*);                                         \
-  template void attention_step<T>(const T*, int, const T*, const T*, int, size_t, int, int, int,   \
-                                  int, const uint8_t*, int, T*);                                   \
-  template void log_softmax_rows<T>(T*, int, int);                                                 \
-  template void layernorm_forward<T>(const T*, int, int, const T*, const T*, T, T*, T*, T*);      \
-  template void layernorm_backward<T>(const T*, const T*, const T*, const T*, const T*,            \
-                                      const uint8_t*, int, int, T*, T*, T*);                       \
-  template void softmax_xent_acc<T>(T*, const int32_t*, const uint8_t*, int, int, T, T, double*); \
-  template void softmax_xent_eval_acc<T>(const T*, const int32_t*, const uint8_t*, int, int, T,    \
-                                         double*);                                                 \
-  template LossSums softmax_xent<T>(T*, const int32_t*, const uint8_t*, int, int, T, T);           \
-  template LossSums softmax_xent_eval<T>(const T*, const int32_t*, const uint8_t*, int, int, T);   \
-  template void grad_stats_acc<T>(const T*, size_t, double*);                                      \
-  template double sum_squares<T>(const T*, size_t);                                                \
-  template bool all_finite<T>(const T*, size_t);                                                   \
-  template void column_stats<T>(const T*, const uint8_t*, int, int, const double*, double*,        \
-                                double*, double*);                                                 \
-  template void column_dot<T>(const T*, const T*, const uint8_t*, int, int, const double*,         \
-                              double*, double*);                                                   \
-  template void column_affine<T>(const T*, int, int, const double*, const double*, const T*,       \
-                                 const T*, T*);                                                    \
-  template void column_norm_backward<T>(const T*, const T*, const uint8_t*, int, int,              \
-                                        const double*, const double*, const T*, const double*,     \
-                                        const double*, T*);                                        \
-  template void rowgroup_rms_forward<T>(const T*, int, int, int, T, const T*, T*, T*);             \
-  template void rowgroup_rms_backward<T>(const T*, const T*, const T*, const T*, const uint8_t*,   \
-                                         int, int, int, T*, T*);                                   \
-  template void rowgroup_norm_forward<T>(const T*, int, int, int, T, const T*, const T*, T*, T*,  \
-                                         T*);                                                      \
-  template void rowgroup_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,        \
-                                          const uint8_t*, int, int, int, T*, T*, T*);              \
-  template void batch_param_grads<T>(const double*, const double*, int, const double*, T*, T*);   \
-  template void batch_backward_coeffs<T>(const double*, const double*, int, const T*,              \
-                                         const double*, double*, double*);                         \
-  template void psi_param_grads<T>(const double*, const double*, int, const double*, const T*,     \
-                                   T*, T*, double*);
+// Every templated operation, from the one list of kernels/instantiate.inc.
+#define PN_INSTANTIATE(T)                                                                        \
+  template void gemm<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T, T*, int); \
+  PN_ELEMENTWISE_OPS(T)                                                                          \
+  PN_ATTENTION_OPS(T)                                                                            \
+  PN_MHA_OPS(T)                                                                                  \
+  PN_LOSS_OPS(T)                                                                                 \
+  PN_ROWNORM_OPS(T)                                                                              \
+  PN_NORM_OPS(T)                                                                                 \
+  PN_NORM_STATE_OPS(T)
 PN_INSTANTIATE(float)
 PN_INSTANTIATE(double)
 

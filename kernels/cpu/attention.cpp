@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -76,12 +77,8 @@ void attention_backward(const T* qkv, const T* probs, const T* dctx, int nseq, i
     }
 }
 
-template void attention_forward<float>(const float*, int, int, int, int, float*, float*);
-template void attention_forward<double>(const double*, int, int, int, int, double*, double*);
-template void attention_backward<float>(const float*, const float*, const float*, int, int, int,
-                                        int, float*, float*);
-template void attention_backward<double>(const double*, const double*, const double*, int, int,
-                                         int, int, double*, double*);
+PN_ATTENTION_OPS(float)
+PN_ATTENTION_OPS(double)
 
 }  // namespace pn::k::cpu
 
@@ -236,17 +233,7 @@ void log_softmax_rows(T* x, int rows, int cols) {
   }
 }
 
-#define PN_MHA_INSTANTIATE(T)                                                                  \
-  template void mha_forward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,   \
-                               bool, const uint8_t*, const uint8_t*, float, T*, T*, T*);          \
-  template void mha_backward<T>(const T*, int, const T*, const T*, int, int, int, int, int, int,  \
-                                bool, const uint8_t*, const uint8_t*, float, const T*, const T*,  \
-                                const T*, T*, T*, T*, T*);                                        \
-  template void attention_step<T>(const T*, int, const T*, const T*, int, size_t, int, int, int,  \
-                                  int, const uint8_t*, int, T*);                            \
-  template void log_softmax_rows<T>(T*, int, int);
-PN_MHA_INSTANTIATE(float)
-PN_MHA_INSTANTIATE(double)
-#undef PN_MHA_INSTANTIATE
+PN_MHA_OPS(float)
+PN_MHA_OPS(double)
 
 }  // namespace pn::k::cpu

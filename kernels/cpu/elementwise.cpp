@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -173,27 +174,7 @@ template <class T> bool all_finite(const T* x, size_t n) {
   return !bad;
 }
 
-#define PN_INSTANTIATE(T)                                                                     \
-  template void fill<T>(T*, size_t, T);                                                       \
-  template void copy<T>(const T*, size_t, T*);                                                \
-  template void add_inplace<T>(T*, const T*, size_t);                                         \
-  template void add<T>(const T*, const T*, size_t, T*);                                       \
-  template void scale_inplace<T>(T*, size_t, T);                                              \
-  template void add_bias<T>(T*, const T*, int, int);                                          \
-  template void bias_grad<T>(const T*, int, int, T*);                                         \
-  template void relu_forward<T>(const T*, size_t, T*);                                        \
-  template void bias_relu_forward<T>(T*, const T*, int, int);                                 \
-  template void relu_backward_bias_grad<T>(const T*, T*, int, int, T*);                       \
-  template void relu_backward<T>(const T*, const T*, size_t, T*);                             \
-  template void dropout_apply<T>(T*, const uint8_t*, size_t, float);                          \
-  template void dropout_add<T>(const T*, const T*, const uint8_t*, float, size_t, T*);        \
-  template void dropout_copy<T>(const T*, const uint8_t*, float, size_t, T*);                 \
-  template void sinusoidal_positions<T>(int, int, T*);                                        \
-  template void embedding_forward<T>(const int32_t*, int, int, const T*, const T*, int, T, T*); \
-  template void embedding_backward<T>(const int32_t*, int, const T*, int, T, T*);             \
-  template double sum_squares<T>(const T*, size_t);                                           \
-  template bool all_finite<T>(const T*, size_t);
-PN_INSTANTIATE(float)
-PN_INSTANTIATE(double)
+PN_ELEMENTWISE_OPS(float)
+PN_ELEMENTWISE_OPS(double)
 
 }  // namespace pn::k::cpu

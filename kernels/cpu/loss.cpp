@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -103,12 +104,7 @@ LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t
   return {loss, nll, ntok};
 }
 
-template LossSums softmax_xent<float>(float*, const int32_t*, const uint8_t*, int, int, float, float);
-template LossSums softmax_xent<double>(double*, const int32_t*, const uint8_t*, int, int, double,
-                                       double);
-template LossSums softmax_xent_eval<float>(const float*, const int32_t*, const uint8_t*, int, int,
-                                           float);
-template LossSums softmax_xent_eval<double>(const double*, const int32_t*, const uint8_t*, int,
-                                            int, double);
+PN_LOSS_OPS(float)
+PN_LOSS_OPS(double)
 
 }  // namespace pn::k::cpu

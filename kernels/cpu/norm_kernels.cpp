@@ -17,6 +17,7 @@
 //    double; a shift is split into its T rounding plus a double correction folded into the
 //    offset, so large means do not lose precision.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 #include <algorithm>
 #include <cmath>
@@ -522,25 +523,7 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
   }
 }
 
-#define PN_NORM_KERNELS(T)                                                                     \
-  template void column_stats<T>(const T*, const uint8_t*, int, int, const double*, double*,    \
-                                double*, double*);                                             \
-  template void column_dot<T>(const T*, const T*, const uint8_t*, int, int, const double*,     \
-                              double*, double*);                                               \
-  template void column_affine<T>(const T*, int, int, const double*, const double*, const T*,   \
-                                 const T*, T*);                                                \
-  template void column_norm_backward<T>(const T*, const T*, const uint8_t*, int, int,          \
-                                        const double*, const double*, const T*, const double*, \
-                                        const double*, T*);                                    \
-  template void rowgroup_rms_forward<T>(const T*, int, int, int, T, const T*, T*, T*);         \
-  template void rowgroup_rms_backward<T>(const T*, const T*, const T*, const T*,               \
-                                         const uint8_t*, int, int, int, T*, T*);               \
-  template void rowgroup_norm_forward<T>(const T*, int, int, int, T, const T*, const T*, T*,   \
-                                         T*, T*);                                              \
-  template void rowgroup_norm_backward<T>(const T*, const T*, const T*, const T*, const T*,    \
-                                          const uint8_t*, int, int, int, T*, T*, T*);
-PN_NORM_KERNELS(float)
-PN_NORM_KERNELS(double)
-#undef PN_NORM_KERNELS
+PN_NORM_OPS(float)
+PN_NORM_OPS(double)
 
 }  // namespace pn::k::cpu

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -161,18 +162,7 @@ void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
   for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(var[c] + eps);
 }
 
-#define PN_INSTANTIATE(T)                                                                       \
-  template void softmax_xent_acc<T>(T*, const int32_t*, const uint8_t*, int, int, T, T,         \
-                                    double*);                                                   \
-  template void softmax_xent_eval_acc<T>(const T*, const int32_t*, const uint8_t*, int, int, T, \
-                                         double*);                                              \
-  template void grad_stats_acc<T>(const T*, size_t, double*);                                   \
-  template void batch_param_grads<T>(const double*, const double*, int, const double*, T*, T*); \
-  template void batch_backward_coeffs<T>(const double*, const double*, int, const T*,           \
-                                         const double*, double*, double*);                      \
-  template void psi_param_grads<T>(const double*, const double*, int, const double*, const T*,  \
-                                   T*, T*, double*);
-PN_INSTANTIATE(float)
-PN_INSTANTIATE(double)
+PN_NORM_STATE_OPS(float)
+PN_NORM_STATE_OPS(double)
 
 }  // namespace pn::k::cpu

@@ -5,6 +5,7 @@
 // kernels/cpu/norm_kernels.cpp (row sums over independent double lanes, dgamma/dbeta
 // accumulated in the same pass into fixed row-chunk partials combined in chunk order).
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -20,15 +21,7 @@ void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, c
   rowgroup_norm_backward<T>(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta);
 }
 
-template void layernorm_forward<float>(const float*, int, int, const float*, const float*, float,
-                                       float*, float*, float*);
-template void layernorm_forward<double>(const double*, int, int, const double*, const double*,
-                                        double, double*, double*, double*);
-template void layernorm_backward<float>(const float*, const float*, const float*, const float*,
-                                        const float*, const uint8_t*, int, int, float*, float*,
-                                        float*);
-template void layernorm_backward<double>(const double*, const double*, const double*,
-                                         const double*, const double*, const uint8_t*, int, int,
-                                         double*, double*, double*);
+PN_ROWNORM_OPS(float)
+PN_ROWNORM_OPS(double)
 
 }  // namespace pn::k::cpu
