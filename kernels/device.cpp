@@ -44,6 +44,10 @@ const char* gemm_math_name(GemmMath m) {
 
 DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)
     : previous_(current_context()) {
+  if (math != GemmMath::fp32 && device != Device::CUDA)  // e.g. --device auto landed on the CPU
+    throw std::invalid_argument(std::string("--precision ") + gemm_math_name(math) +
+                                " needs a GPU, and this run computes on the " +
+                                device_name(device) + ": drop the flag");
   ctx_.device = device;
   if (device == Device::CUDA) {
 #ifdef PN_HAVE_CUDA

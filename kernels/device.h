@@ -39,7 +39,8 @@ inline Device current_device() { return current_context().device; }
 
 // Makes a context of `device` current for its lifetime (and owns its CUDA stream and cuBLAS
 // handle); the previous context is current again afterwards. cuda_index: the GPU (a rank takes
-// its node-local rank modulo the GPUs visible).
+// its node-local rank modulo the GPUs visible). A GEMM precision other than fp32 is refused off
+// a GPU (std::invalid_argument).
 class DeviceScope {
  public:
   explicit DeviceScope(Device device, int cuda_index = 0, GemmMath math = GemmMath::fp32);

@@ -180,9 +180,6 @@ int main(int argc, char** argv) {
   try {
     if (comm->size() > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
-    if (opt.precision != "fp32" && device != pn::Device::CUDA)
-      throw std::invalid_argument("--precision " + opt.precision + " needs a GPU, and this run "
-                                  "trains on the " + pn::device_name(device) + ": drop the flag");
     scope = std::make_unique<pn::DeviceScope>(device, comm->local_rank(),
                                               pn::parse_gemm_math(opt.precision));
     if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();

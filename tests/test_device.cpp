@@ -327,6 +327,20 @@ TEST(Devices, CudaBf16AndTf32TrackFp32) {
   }
 }
 
+TEST(Devices, TensorCorePrecisionsNeedAGpu) {
+  for (Device d : {Device::CPU, Device::Sim})
+    for (GemmMath m : {GemmMath::tf32, GemmMath::bf16}) {
+      try {
+        DeviceScope scope(d, 0, m);
+        ADD_FAILURE() << gemm_math_name(m) << " accepted on the " << device_name(d);
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("needs a GPU"), std::string::npos) << e.what();
+      }
+    }
+  EXPECT_NO_THROW(DeviceScope(Device::Sim, 0, GemmMath::fp32));
+  EXPECT_EQ(current_device(), Device::CPU);  // a refused scope leaves the context alone
+}
+
 TEST(Devices, CudaWithoutAGpuSaysWhy) {
   if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "a GPU is visible here";
   try {
