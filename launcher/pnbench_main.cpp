@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);
+  comm->program = "pnbench";  // errors say pnbench: error: ...
   FLAGS_minloglevel = 1;  // warnings and errors; --verbose turns rank 0's progress lines on
   try {
     BenchOptions b;
