@@ -863,8 +863,11 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
     return false;
   }
   std::string error;
-  // Only what this save created is removed on failure (not a file that was in the way).
-  const bool ours = !name.empty() || !fs::exists(dir);
+  // Only what this save created is removed on failure (not a file that was in the way). Rank 0
+  // looks before any rank creates the directory: the all-reduce holds every rank until it has.
+  double existed = comm_.rank() == 0 && name.empty() && fs::exists(dir) ? 1.0 : 0.0;
+  comm_.allreduce_max(&existed, 1);
+  const bool ours = existed == 0;
   // Every rank learns whether all files are on disk; the lowest failing rank reports, once.
   auto agree = [&]() {
     double who = error.empty() ? 0.0 : double(comm_.size() - comm_.rank());
