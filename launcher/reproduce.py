@@ -24,12 +24,18 @@ stopped. Only the report is rewritten each time (from whatever cells are done).
 Presets (--quick is the default):
   lm quick          configs/reproduce_quick_ptb.ini on ../shared/data/ptb, seeds 1,2;
                     ablation cells of 100 updates
+  lm medium         configs/reproduce_medium_ptb.ini on ../shared/data/ptb, seed 1: every norm
+                    until LN has flattened (at most 12 epochs, early stopping after 2 epochs
+                    without gain), PN's alphas picked per variant over {0.9, 0.95, 0.99} on
+                    short runs first; test perplexity of the best-validation checkpoint;
+                    learning curves (figs/curves_medium.png); no Figure 5-6 cells. An
+                    interrupted cell resumes from its last checkpoint
   lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
                     Transformer in place of the tensorized one), seeds 1,2,3
   translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split, seeds 1,2
   translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
 
-Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--full]
+Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--medium|--full]
                     [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR]
                     [--no-ablation] [--report-only] [-- extra pntrain flags for every cell]
 """
@@ -57,6 +63,8 @@ PRESETS = {
     # ablation cell (None: the config's)
     ("lm", "quick"): ("reproduce_quick_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
                       "batch,power", 0, "1,2", 100),
+    ("lm", "medium"): ("reproduce_medium_ptb.ini", os.path.join(DATA, "ptb"), None, None, 0,
+                       "1", None),
     ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
                      "layer,batch,power_v,power", 0, "1,2,3", None),
     ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
@@ -70,6 +78,10 @@ PAPER = {
     "lm": {"layer": 53.2, "batch": 60.7, "power": 47.6},
     "translation": {"layer": 35.5, "batch": 34.4, "power": 35.9},
 }
+# The medium preset's grid of PN momenta (the paper's: alpha_fwd = alpha_bkw from it) and the
+# length of each short tuning run (1.5 epochs of PTB: 140 updates past PN's 200-update warmup).
+ALPHA_GRID = ("0.9", "0.95", "0.99")
+TUNE_UPDATES = 340
 ENCODER_NORM_FLAGS = ["--encoder-norm-self", "--encoder-norm-ff", "--encoder-norm-final"]
 
 
@@ -90,8 +102,8 @@ def die(msg):
     sys.exit(2)
 
 
-def run_logged(cmd, log_path):
-    with open(log_path, "w") as log:
+def run_logged(cmd, log_path, mode="w"):
+    with open(log_path, mode) as log:
         return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -156,13 +168,14 @@ def separated(a, b):
 
 # ---- the cells ----
 class Runner:
-    def __init__(self, a, extra, config, data, translation):
+    def __init__(self, a, extra, config, data, translation, seeds):
         self.a, self.extra, self.config, self.data = a, extra, config, data
+        self.seeds = seeds
         self.translation = translation
         self.ini = read_ini(config)
         self.max_update = int(flag_value(extra, "max-update", self.ini.get("max-update", "1000")))
 
-    def base_args(self, norm, norm_flags, seed, cell_dir, probe):
+    def base_args(self, norm, norm_flags, seed, cell_dir, probe, overrides=()):
         args = ["--config", self.config]
         if self.data is not None:
             args += ["--data", self.data]
@@ -177,10 +190,12 @@ class Runner:
             args += ["--probe-norm-stats", "all"]
         if self.a.device == "cuda":
             args += ["--device", "cuda"]
-        return args + self.extra
+        return args + list(overrides) + self.extra
 
     def table_cell(self, key, norm, norm_flags, seed, probe, tag):
         """Trains one (variant, seed) cell and evaluates its last checkpoint; returns its row."""
+        if self.a.preset == "medium":
+            return self.medium_cell(key, norm, norm_flags, seed, tag)
         cell_dir = os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
         os.makedirs(cell_dir, exist_ok=True)
         args = self.base_args(norm, norm_flags, seed, cell_dir, probe)
@@ -211,6 +226,97 @@ class Runner:
             " BLEU %.2f" % row["bleu"] if self.translation else ""), flush=True)
         return row
 
+    # ---- the medium preset: cells that run to early stopping and resume ----
+    def medium_cell(self, key, norm, norm_flags, seed, tag):
+        """Trains one cell until --max-epoch or early stopping, resuming an interrupted run of
+        the same command from its last checkpoint; evaluates checkpoint_best on valid and test."""
+        norm_flags = norm_flags + self.tuned_alpha(key, norm, norm_flags, seed)
+        cell_dir = os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
+        rc = self.resumable_run(cell_dir, self.base_args(norm, norm_flags, seed, cell_dir, False),
+                                tag)
+        eval_path = os.path.join(cell_dir, "eval.json")
+        if rc == 0 and not os.path.exists(eval_path):
+            best = os.path.join(cell_dir, "checkpoints", "checkpoint_best")
+            with open(os.path.join(cell_dir, "trained.json")) as f:
+                train_s = json.load(f)["train_s"]
+            cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + self.base_args(
+                norm, norm_flags, seed, cell_dir, False)
+            rc = self.evaluate(cmd + ["--restore-file", best], cell_dir, train_s)
+        row = self.row(key, seed, cell_dir)
+        if rc != 0:
+            print("%s: FAILED (exit %d); see %s" % (tag, rc, cell_dir), flush=True)
+        else:
+            print("%s: best valid ppl %.2f (epoch %.1f), its test ppl %.2f, %.0f min" % (
+                tag, row["valid_ppl"], row["best_epoch"], row["test_ppl"], row["train_s"] / 60),
+                flush=True)
+        return row
+
+    def resumable_run(self, cell_dir, args, tag):
+        """Runs pntrain with args into cell_dir unless trained.json says it finished: a cell
+        run before with the same command continues from its last checkpoint, one of another
+        command starts afresh. trained.json records the training seconds over every attempt."""
+        cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
+        # Paths as placeholders, so that a clone elsewhere (with the cells committed or copied)
+        # recognises its cells.
+        cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args).replace(
+            self.a.out, "<out>").replace(ROOT, "<root>").replace(
+                os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>")
+        cmd_path, trained = (os.path.join(cell_dir, n) for n in ("cmd.txt", "trained.json"))
+        try:
+            with open(cmd_path) as f:
+                same = f.read().strip() == cmd_text
+        except OSError:
+            same = False
+        if same and os.path.exists(trained):
+            print("%s: done before, skipped" % tag, flush=True)
+            return 0
+        if not same:  # a fresh start: nothing of another command may be resumed
+            shutil.rmtree(cell_dir, ignore_errors=True)
+        os.makedirs(cell_dir, exist_ok=True)
+        with open(cmd_path, "w") as f:
+            f.write(cmd_text + "\n")
+        print("%s: %s ..." % (tag, "resuming" if same else "running"), flush=True)
+        t0 = time.time()
+        rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), "a")
+        with open(os.path.join(cell_dir, "attempts.txt"), "a") as f:
+            f.write("%.1f %d\n" % (time.time() - t0, rc))
+        if rc == 0:
+            with open(os.path.join(cell_dir, "attempts.txt")) as f:
+                train_s = sum(float(line.split()[0]) for line in f if line.strip())
+            with open(trained, "w") as f:
+                json.dump({"train_s": train_s}, f)
+        return rc
+
+    def tuned_alpha(self, key, norm, norm_flags, seed):
+        """The medium preset's PN momenta: alpha_fwd = alpha_bkw from ALPHA_GRID with the best
+        validation perplexity of a short run each (first seed), decided once per variant and
+        kept in tune/<key>.json; [] for the other norms or with --no-tune."""
+        if norm != "power" or self.a.no_tune:
+            return []
+        overrides = []
+        for flag, value in (("max-update", str(TUNE_UPDATES)), ("max-epoch", "0"),
+                            ("patience", "0")):
+            if flag_value(self.extra, flag, None) is None:
+                overrides += ["--" + flag, value]
+        scores = {}
+        for alpha in ALPHA_GRID:
+            d = os.path.join(self.a.out, "tune", "%s_a%s" % (key, alpha))
+            flags = norm_flags + ["--pn-alpha-fwd", alpha, "--pn-alpha-bkw", alpha]
+            rc = self.resumable_run(d, self.base_args(norm, flags, self.seeds[0], d, False,
+                                                      overrides),
+                                    "tune %s alpha %s" % (key, alpha))
+            _, valids = read_metrics(os.path.join(d, "metrics.jsonl"))
+            ppl = [v["valid_ppl"] for v in valids if isinstance(v.get("valid_ppl"), float)]
+            if rc == 0 and ppl:
+                scores[alpha] = min(ppl)
+        if not scores:
+            die("no tuning run of %s finished: see %s" % (key, os.path.join(self.a.out, "tune")))
+        best = min(scores, key=lambda a_: scores[a_])
+        updates = int(flag_value(self.extra, "max-update", TUNE_UPDATES))
+        with open(os.path.join(self.a.out, "tune", "%s.json" % key), "w") as f:
+            json.dump({"alpha": best, "best_valid_ppl": scores, "updates": updates}, f)
+        return ["--pn-alpha-fwd", best, "--pn-alpha-bkw", best]
+
     def evaluate(self, cmd, cell_dir, train_s):
         ev = cmd + ["--eval-only"]
         if self.translation:
@@ -238,13 +344,39 @@ class Runner:
 
     def row(self, key, seed, cell_dir):
         r = {"key": key, "seed": seed, "dir": cell_dir, "valid_ppl": float("nan"),
-             "test_ppl": float("nan"), "bleu": float("nan"), "train_s": float("nan")}
+             "test_ppl": float("nan"), "bleu": float("nan"), "train_s": float("nan"),
+             "best_epoch": float("nan"), "epochs": float("nan"), "updates": 0}
         try:
             with open(os.path.join(cell_dir, "eval.json")) as f:
                 r.update(json.load(f))
         except (OSError, ValueError):
             pass
+        curve = learning_curve(cell_dir)
+        if curve["valid"]:
+            best = min(curve["valid"], key=lambda p: p[1])
+            r.update(best_epoch=best[0] / curve["per_epoch"],
+                     epochs=curve["valid"][-1][0] / curve["per_epoch"],
+                     updates=curve["valid"][-1][0])
         return r
+
+
+def learning_curve(cell_dir):
+    """A cell's validation perplexity and training nll by update, and its updates per epoch
+    (from the progress lines of train.log; PTB at 4096 tokens: about 227)."""
+    updates, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
+    per_epoch = float("nan")
+    try:
+        with open(os.path.join(cell_dir, "train.log"), errors="replace") as f:
+            m = re.findall(r"update (\d+)/\d+ \| epoch ([0-9.]+)", f.read())
+        u, e = max((int(a), float(b)) for a, b in m if float(b) > 0)
+        per_epoch = u / e
+    except (OSError, ValueError):
+        pass
+    return {"valid": [(v["update"], v["valid_ppl"]) for v in valids
+                      if isinstance(v.get("valid_ppl"), float)],
+            "train": [(u["update"], u["nll_loss"]) for u in updates
+                      if isinstance(u.get("nll_loss"), float)],
+            "per_epoch": per_epoch}
 
 
 # ---- figures ----
@@ -581,6 +713,112 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     return path
 
 
+def draw_curves(curves, warmup, path):
+    """Validation perplexity against epochs for every cell (left) and, for LN and the PN forms,
+    training nll (mean over 57-update windows) against validation nll through PN's warmup."""
+    plt = plt_or_none()
+    if plt is None or not curves:
+        return False
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for i, (label, c) in enumerate(curves.items()):
+        pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
+        a1.plot([u / pe for u, _ in c["valid"]], [p for _, p in c["valid"]], marker=".",
+                color="C%d" % i, label=label)
+    a1.set_yscale("log")
+    a1.set_xlabel("epoch")
+    a1.set_ylabel("validation perplexity")
+    a1.set_title("PTB validation perplexity (medium preset)", fontsize=10)
+    a1.grid(True, which="both", alpha=0.3)
+    a1.legend(fontsize=8)
+    for i, (label, c) in enumerate(curves.items()):
+        if not (label.startswith("LN") or label.startswith("PN (")):
+            continue
+        tr = c["train"]
+        w = 57
+        pts = [(tr[j + w - 1][0], sum(x for _, x in tr[j:j + w]) / w)
+               for j in range(0, len(tr) - w + 1, w)]
+        a2.plot([u for u, _ in pts], [x for _, x in pts], color="C%d" % i, lw=1,
+                label="%s train" % label)
+        a2.plot([u for u, _ in c["valid"]], [math.log(p) for _, p in c["valid"]], ls="--",
+                marker=".", color="C%d" % i, label="%s valid" % label)
+    a2.axvline(warmup, color="grey", ls=":", lw=0.8)
+    a2.set_xlabel("update (dotted: end of the warmup of the learning rate and of PN's psi)")
+    a2.set_ylabel("nll (nats/token)")
+    a2.set_ylim(top=8)
+    a2.set_title("training vs validation loss", fontsize=10)
+    a2.grid(True, alpha=0.3)
+    a2.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_medium_report(a, runner, rows, vlist, elapsed):
+    """REPORT.md of the medium preset: the table at the best-validation checkpoints, the PN
+    alpha grid, the learning curves of every cell that has started."""
+    L = ["# PowerNorm reproduction: language model, --medium", ""]
+    L.append("Config `%s`, data `%s`, seeds %s, %d rank(s), device %s. Each cell trains until "
+             "--max-epoch %s or %s validations without improvement (--patience); its test "
+             "perplexity is that of checkpoint_best, the best validation. Generated by "
+             "`launcher/pn reproduce --task lm --medium` (this invocation: %.0f min)." % (
+                 os.path.relpath(runner.config, ROOT),
+                 runner.data if runner.data == "builtin" else os.path.relpath(runner.data, ROOT),
+                 a.seeds, a.ranks, a.device, runner.ini.get("max-epoch"),
+                 runner.ini.get("patience"), elapsed / 60))
+    if runner.extra:
+        L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
+    L += ["", "## Table 2 analog", "",
+          "| norm | seed | best valid ppl | test ppl at best valid | epoch of best | epochs "
+          "trained | train min (here) | paper test ppl |", "|---|---|---|---|---|---|---|---|"]
+    labels = {v[0]: v[1] for v in vlist}
+    paper = PAPER["lm"]
+    for r in sorted(rows, key=lambda r: ([v[0] for v in vlist].index(r["key"]), r["seed"])):
+        if not math.isfinite(r["valid_ppl"]):
+            continue
+        pkey = {"layer": "layer", "batch": "batch", "power": "power",
+                "power_authors": "power"}.get(r["key"])
+        L.append("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %s |" % (
+            labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"], r["best_epoch"],
+            r["epochs"], r["train_s"] / 60, "%.1f" % paper[pkey] if pkey else "—"))
+    missing = ["%s seed %d" % (labels[r["key"]], r["seed"]) for r in rows
+               if not math.isfinite(r["valid_ppl"])]
+    if missing:
+        L += ["", "Not finished: " + ", ".join(missing) + "."]
+    L += ["", "## PN's momenta (alpha_fwd = alpha_bkw), picked on short runs", "",
+          "| variant | updates | " + " | ".join("alpha %s" % x for x in ALPHA_GRID) + " | chosen |",
+          "|---|---|" + "---|" * (len(ALPHA_GRID) + 1)]
+    for key in ("power", "power_authors"):
+        try:
+            with open(os.path.join(a.out, "tune", "%s.json" % key)) as f:
+                t = json.load(f)
+        except (OSError, ValueError):
+            continue
+        L.append("| %s | %d | %s | %s |" % (labels.get(key, key), t["updates"], " | ".join(
+            "%.1f" % t["best_valid_ppl"][x] if x in t["best_valid_ppl"] else "—"
+            for x in ALPHA_GRID), t["alpha"]))
+    L += ["", "Best validation perplexity of each short run (first seed).", ""]
+    curves = {}
+    for key, label, _, _, _ in vlist:
+        for seed in runner.seeds:
+            d = os.path.join(a.out, "table", "%s_s%d" % (key, seed))
+            c = learning_curve(d)
+            if c["valid"]:
+                curves["%s s%d" % (label, seed)] = c
+    W = int(flag_value(runner.extra, "warmup-updates", runner.ini.get("warmup-updates", "0")))
+    L += ["## Learning curves", ""]
+    if draw_curves(curves, W, os.path.join(a.out, "figs", "curves_medium.png")):
+        L += ["![learning curves](figs/curves_medium.png)", ""]
+    for label, c in curves.items():
+        pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
+        L.append("- %s: " % label + ", ".join("ep %.1f: %.1f" % (u / pe, p)
+                                             for u, p in c["valid"]))
+    path = os.path.join(a.out, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return path
+
+
 def main():
     argv, extra = split_passthrough(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -590,6 +828,9 @@ def main():
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="preset", action="store_const", const="quick",
                    help="the 2-core preset (default)")
+    g.add_argument("--medium", dest="preset", action="store_const", const="medium",
+                   help="the LM until LN has flattened (configs/reproduce_medium_ptb.ini): "
+                        "learning curves, early stopping, tuned PN alphas; hours per cell")
     g.add_argument("--full", dest="preset", action="store_const", const="full",
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
@@ -608,6 +849,8 @@ def main():
     p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
     p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
     p.add_argument("--no-ablation", action="store_true", help="skip the Figure 5 analog")
+    p.add_argument("--no-tune", action="store_true",
+                   help="medium: PN's alphas from the config instead of the short-run grid")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: rewrite REPORT.md and the figures from the finished cells")
     p.add_argument("--gen-sentences", type=int, default=None,
@@ -616,6 +859,10 @@ def main():
     a = p.parse_args(argv)
     a.preset = a.preset or "quick"
     translation = a.task == "translation"
+    if (a.task, a.preset) not in PRESETS:
+        die("--%s is a preset of --task lm only" % a.preset)
+    if a.preset == "medium":
+        a.no_ablation = True  # the medium preset is the Table 2 analog and its curves
     cfg_name, data, minis, ab_norms, gen, default_seeds, ab_updates = PRESETS[(a.task, a.preset)]
     a.seeds = a.seeds or default_seeds
     a.gen_sentences = gen if a.gen_sentences is None else a.gen_sentences
@@ -658,9 +905,9 @@ def main():
         if unknown:
             die("--norms: unknown %s (choose from %s)" % (
                 ",".join(unknown), ",".join(v[0] for v in vlist)))
-        vlist = [v for v in vlist if v[0] in want]
+        vlist = [next(v for v in vlist if v[0] == n) for n in want]  # in the order given
     os.makedirs(os.path.join(a.out, "figs"), exist_ok=True)
-    runner = Runner(a, extra, config, data, translation)
+    runner = Runner(a, extra, config, data, translation, seeds)
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
     print("reproduce: %d table cells (%s x seeds %s), %d updates each, config %s -> %s" % (
@@ -692,6 +939,8 @@ def main():
             ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args,
                         "extra": (["--"] + ab_extra) if ab_extra else [],
                         "ghost": not translation, "update_tokens": a.update_tokens}
+        if a.preset == "medium":
+            return write_medium_report(a, runner, rows, vlist, time.time() - t_all)
         if redraw:
             drawn[0] = figures(a, runner, rows, vlist, seeds[0], extra)
         spectra, warm, figs = drawn[0]

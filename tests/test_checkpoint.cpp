@@ -127,6 +127,36 @@ TEST(Checkpoint, KeepLastPrunesOlderCheckpoints) {
   EXPECT_TRUE(fs::exists(d.path / "checkpoint_5" / "DONE"));
 }
 
+TEST(Evaluation, ResumedRunKeepsTheBestValidationAndThePatienceCount) {
+  FLAGS_minloglevel = 1;
+  auto comm = make_single_communicator();
+  TempDir d("pn_ckpt_p");
+  Options o = ckpt_options(d.path.string());
+  o.dropout = 0.0;
+  o.lr = 1e-12;  // nothing learns: after the first validation none improves
+  o.lr_scheduler = "fixed";
+  o.warmup_updates = 0;
+  o.validate_interval_updates = 1;
+  o.patience = 2;
+  o.max_update = 2;  // best at 1, no gain at 2: interrupted with one validation without gain
+  Trainer first(o, *comm, corpus());
+  first.train();
+  Options rest = o;
+  rest.max_update = 10;
+  Trainer resumed(rest, *comm, corpus());
+  EXPECT_EQ(resumed.start_update(), 2);
+  const TrainResult r = resumed.train();
+  // As an uninterrupted run: the second validation without gain (update 3) stops it, and
+  // checkpoint_best stays the one of update 1.
+  EXPECT_TRUE(fs::exists(d.path / "checkpoint_3" / "DONE"));
+  EXPECT_FALSE(fs::exists(d.path / "checkpoint_4"));
+  Options best = o;
+  best.restore_file = (d.path / "checkpoint_best").string();
+  Trainer from_best(best, *comm, corpus());
+  EXPECT_EQ(from_best.start_update(), 1);
+  EXPECT_GT(r.best_valid_nll, 0);
+}
+
 }  // namespace
 }  // namespace pn
 

@@ -592,8 +592,9 @@ TrainResult Trainer::train() {
   };
 
   double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
-  int bad_in_row = 0, validations_without_gain = 0;
-  double best_valid = std::numeric_limits<double>::infinity();
+  int bad_in_row = 0;
+  double& best_valid = best_valid_;
+  int& validations_without_gain = validations_without_gain_;
   for (int64_t update = start_update_; update < opt_.max_update; ++update) {
     if (opt_.max_epoch > 0 && epoch_of(update) >= opt_.max_epoch) {
       if (rank == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
@@ -919,7 +920,9 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
                            {"config", config},
                            {"vocab", vocab_fingerprint()},
-                           {"params", param_table(params())}};
+                           {"params", param_table(params())},
+                           {"validations_without_gain", validations_without_gain_}};
+      if (std::isfinite(best_valid_)) model_file.header["best_valid_loss"] = best_valid_;
       model_file.payload.reserve(3 * params().size() * sizeof(float));
       append(&model_file.payload, params().data.to_host());
       append(&model_file.payload, adam_m_.to_host());
@@ -993,6 +996,8 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   adam_v_.from_host(saved + 2 * n, n);
   start_update_ = m.header.at("update").get<int64_t>();
   restored_ = true;
+  if (m.header.contains("best_valid_loss")) best_valid_ = m.header["best_valid_loss"].get<double>();
+  validations_without_gain_ = m.header.value("validations_without_gain", 0);
   const int saved_world = m.header.at("world_size").get<int>();
   // Norm running state: this rank's own file, or the mean over the saved ranks.
   const auto norms = this->norms();

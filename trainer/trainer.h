@@ -3,6 +3,7 @@
 #pragma once
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -110,6 +111,10 @@ class Trainer {
   Buf<double> update_sums_;
   std::ofstream metrics_;
   int64_t start_update_ = 0;
+  // Early stopping's state, carried by checkpoints so that a resumed run stops where an
+  // uninterrupted one would and never replaces checkpoint_best with a worse model.
+  double best_valid_ = std::numeric_limits<double>::infinity();
+  int validations_without_gain_ = 0;
   bool restored_ = false;
   std::string last_checkpoint_;  // newest complete checkpoint of this run on disk
   struct Bucket {

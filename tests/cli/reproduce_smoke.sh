@@ -38,5 +38,32 @@ skipped=$(grep -c "done before, skipped" <<<"$out")
 out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
   --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "unknown foo" <<<"$out"; } || fail "--norms foo: exit $rc: $out"
+# The medium preset: PN's alpha grid on short runs, cells to early stopping or their last update,
+# checkpoint_best evaluated; a rerun skips every cell and tuning run; a cell that did not record
+# its end resumes from its checkpoint and reports the same figures.
+margs=(--pntrain "$pntrain" --medium --data builtin --norms layer,power --out "$tmp/md" --
+       --max-update 6 --validate-interval-updates 3 --save-interval-updates 3 --warmup-updates 2
+       --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --max-tokens 512)
+out=$("$py" "$here/../../launcher/reproduce.py" "${margs[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "medium: exit $rc"
+report="$tmp/md/REPORT.md"
+grep -q "^| LN | 1 | [0-9.]* | [0-9.]* |" "$report" || fail "medium: no LN row: $(cat "$report")"
+grep -q "^| PN (paper) | 1 | [0-9.]* | [0-9.]* |" "$report" || fail "medium: no PN row"
+grep -q "^| PN (paper) | 6 | [0-9.]* | [0-9.]* | [0-9.]* | 0.9[59]* |" "$report" ||
+  fail "medium: no alpha grid row: $(grep -A4 momenta "$report")"
+grep -q -- "--pn-alpha-fwd 0.9" "$tmp/md/table/power_s1/cmd.txt" ||
+  fail "medium: the PN cell does not use a tuned alpha: $(cat "$tmp/md/table/power_s1/cmd.txt")"
+[ -f "$tmp/md/figs/curves_medium.png" ] || ! "$py" -c "import matplotlib" 2>/dev/null ||
+  fail "medium: no curves_medium.png"
+ln_row=$(grep "^| LN | 1 |" "$report")
+rm "$tmp/md/table/layer_s1/trained.json" "$tmp/md/table/layer_s1/eval.json"
+out=$("$py" "$here/../../launcher/reproduce.py" "${margs[@]}" 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "medium rerun: exit $rc"
+skipped=$(grep -c "done before, skipped" <<<"$out")
+[ "$skipped" -eq 4 ] || fail "medium rerun skipped $skipped of 4 (3 tuning runs, 1 cell): $out"
+grep -q "layer .*seed 1: resuming" <<<"$out" || fail "medium rerun did not resume LN: $out"
+[ "$(grep "^| LN | 1 |" "$report" | cut -d'|' -f1-6)" = "$(cut -d'|' -f1-6 <<<"$ln_row")" ] ||
+  fail "medium: resumed LN row differs: $ln_row vs $(grep "^| LN | 1 |" "$report")"
 [ $failures -eq 0 ] && echo "reproduce smoke: all passed"
 exit $((failures > 0))
