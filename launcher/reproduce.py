@@ -910,8 +910,10 @@ def main():
     runner = Runner(a, extra, config, data, translation, seeds)
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
-    print("reproduce: %d table cells (%s x seeds %s), %d updates each, config %s -> %s" % (
-        len(cells), ",".join(v[0] for v in vlist), a.seeds, runner.max_update,
+    budget = ("until early stopping (at most %s epochs)" % runner.ini.get("max-epoch")
+              if a.preset == "medium" else "%d updates each" % runner.max_update)
+    print("reproduce: %d table cells (%s x seeds %s), %s, config %s -> %s" % (
+        len(cells), ",".join(v[0] for v in vlist), a.seeds, budget,
         os.path.relpath(config, ROOT), a.out), flush=True)
     ab_dir = os.path.join(a.out, "ablation")
     ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,
