@@ -738,7 +738,7 @@ def draw_curves(curves, warmup, path):
         pts = [(tr[j + w - 1][0], sum(x for _, x in tr[j:j + w]) / w)
                for j in range(0, len(tr) - w + 1, w)]
         a2.plot([u for u, _ in pts], [x for _, x in pts], color="C%d" % i, lw=1,
-                label="%s train" % label)
+                label="%s train (dropout on)" % label)
         a2.plot([u for u, _ in c["valid"]], [math.log(p) for _, p in c["valid"]], ls="--",
                 marker=".", color="C%d" % i, label="%s valid" % label)
     a2.axvline(warmup, color="grey", ls=":", lw=0.8)
