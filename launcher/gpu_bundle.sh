@@ -7,7 +7,11 @@
 # GPU machine brings), plus MPI's launcher and plug-ins when present, so that a 2-rank run can
 # come along. Measured: 29 MB as .tar.gz (sm_80 and sm_90, with MPI and PTB). Usage: launcher/gpu_bundle.sh BUILD_DIR DIR
 set -euo pipefail
+case "${1:-}" in
+  -h|--help|"") sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; [ -n "${1:-}" ]; exit ;;
+esac
 BUILD="$1"
+[ $# -eq 2 ] || { echo "usage: launcher/gpu_bundle.sh BUILD_DIR DIR" >&2; exit 2; }
 OUT="$2"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAGE="$(mktemp -d)"

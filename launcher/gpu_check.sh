@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; exit 0 ;;  # the comment above
     *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
   esac
 done
