@@ -100,7 +100,7 @@ write_report() {  # write_report FINISHED(true|false)
   } > "$OUT/report.json.tmp" && mv -f "$OUT/report.json.tmp" "$OUT/report.json"
 }
 record() {  # record NAME STATUS RC SECONDS DETAIL
-  printf '%-14s %-8s %4ss  %s\n' "$1" "$2" "$4" "$5" | tee -a "$OUT/report.txt"
+  printf '%-20s %-8s %4ss  %s\n' "$1" "$2" "$4" "$5" | tee -a "$OUT/report.txt"
   printf '{"step": %s, "status": "%s", "rc": %d, "seconds": %d, "detail": %s}\n' \
     "$(json_str "$1")" "$2" "$3" "$4" "$(json_str "$5")" >> "$OUT/steps.jsonl"
   RUNNING=""
@@ -117,6 +117,15 @@ on_signal() {
 trap on_signal TERM INT HUP
 trap 'rm -rf "$B"' EXIT
 
+# The line of a step's log that says why it failed: the runtime's reason where a test or tool
+# printed one (PN_CUDA_REQUIRED's skip-turned-failure, an error, a missing file or library),
+# else the last line.
+log_reason() {
+  local line=""
+  [ "$2" -ne 0 ] && line=$(grep -m 1 -E 'PN_CUDA_REQUIRED=1: |on every rank|[Ee]rror|not found|No such file|undefined symbol' "$1")
+  [ -n "$line" ] || line=$(tail -n 1 "$1")
+  printf '%s' "$line" | cut -c1-200
+}
 # wanted NAME: the step is to run (--steps lists it, or no --steps; the library check always).
 wanted() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ]; }
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
@@ -145,7 +154,7 @@ step() {
   local status=pass
   [ $rc -ne 0 ] && status=fail
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && status=timeout
-  record "$name" "$status" "$rc" $((SECONDS - t0)) "$(tail -n 1 "$OUT/$name.log" | cut -c1-160)"
+  record "$name" "$status" "$rc" $((SECONDS - t0)) "$(log_reason "$OUT/$name.log" "$rc")"
 }
 
 echo "pn gpu-check of commit $(cat "$B/COMMIT") on $(hostname), $STARTED" | tee -a "$OUT/report.txt"
@@ -190,7 +199,7 @@ for dev in ("cuda", "cuda_tf32", "cpu"):
         rate[dev] = statistics.median(tps)
     except Exception as e:
         rate[dev] = None
-print("throughput     ptb_small.ini tokens/s (median of updates 6-25): "
+print(f"{'throughput':<20} ptb_small.ini tokens/s (median of updates 6-25): "
       f"cuda {rate['cuda']}, cuda tf32 {rate['cuda_tf32']}, cpu {rate['cpu']}"
       + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
 PY
