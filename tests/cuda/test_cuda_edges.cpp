@@ -131,26 +131,30 @@ TEST(CudaLarge, LogitsBeyondTwoToThe31Elements) {
 
 // copy_to_device takes memory the caller reuses at once (a batch's tokens, then the next
 // batch's): with the stream busy, each source is overwritten and freed right after the call,
-// and the device must still receive what it held at the call (small copies and one above the
-// staging size).
+// and the device must still receive what it held at the call: small copies, one above the
+// staging size, and 1 MB copies past the pinned blocks' 64 MB (which wait for a busy block).
 TEST(CudaDevice, HostSourceOfACopyIsFreeAtOnce) {
   PN_REQUIRE_GPU();
   DeviceScope scope(Device::CUDA, 0);
-  const int n = 2048, copies = 24;
+  const int n = 2048, copies = 24 + 100;
   Buf<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
   k::fill<float>(a.data(), a.size(), 1.0f);
   k::fill<float>(b.data(), b.size(), 1.0f);
-  for (int i = 0; i < 8; ++i)  // tens of milliseconds of work queued ahead of the copies
-    k::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  auto busy = [&] {  // tens of milliseconds of work queued ahead of the copies
+    for (int i = 0; i < 8; ++i)
+      k::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  busy();
   const size_t small = 50000, big = (size_t(20) << 20) / sizeof(float);
   std::vector<Buf<float>> dst(copies);
   for (int i = 0; i < copies; ++i) {
-    const size_t len = i == copies - 1 ? big : small;
+    const size_t len = i < 23 ? small : i == 23 ? big : (size_t(1) << 20) / sizeof(float);
     dst[i].resize(len);
     auto src = std::make_unique<std::vector<float>>(len, float(i));
     copy_to_device(dst[i].data(), src->data(), len * sizeof(float));
     std::fill(src->begin(), src->end(), -1.0f);
     src.reset();
+    if (i == 23) busy();
   }
   for (int i = 0; i < copies; ++i) {
     const std::vector<float> got = dst[i].to_host();
