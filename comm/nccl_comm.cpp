@@ -53,6 +53,13 @@ struct NcclCommunicator final : Communicator {
     cuda(cudaStreamCreateWithFlags(&bucket_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
     if (!staged) {
+      // The statistics (this communicator, compute stream) and the gradient buckets (the split
+      // one, bucket stream) run at the same time in the backward. NCCL does not promise that
+      // collectives of two communicators on two streams of one GPU make progress together:
+      // ranks whose GPUs start them in different orders can deadlock. Every rank issues them in
+      // the same program order, and this makes NCCL (2.26 and later) launch them in that
+      // order, still overlapped (CUDA 12.3 and later). A value the user set is kept.
+      setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
       ncclUniqueId id;
       std::memset(&id, 0, sizeof id);
       if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");

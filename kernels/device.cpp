@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <memory>
+#include <mutex>
 #include <vector>
 #include <stdexcept>
 #include <thread>
@@ -161,6 +163,60 @@ void device_memset_zero(void* p, size_t bytes) {
 }
 
 namespace {
+#ifdef PN_HAVE_CUDA
+// Host -> device from memory the caller may reuse or free as soon as the call returns. CUDA
+// promises no more than that a copy from pageable memory "might be synchronous" (older
+// drivers staged it on a worker thread after returning), so the bytes are first copied into
+// pinned blocks owned here, each reused once the event recorded after its copy has passed.
+// Copies above kMaxStaged (checkpoints, datasets: not the training loop's) wait instead, and
+// past kMaxPinned of blocks a copy waits for a busy block rather than pinning more.
+constexpr size_t kMaxStaged = size_t(16) << 20, kMaxPinned = size_t(64) << 20;
+void copy_to_device_staged(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  if (bytes > kMaxStaged) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return;
+  }
+  struct Block {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  static std::mutex mutex;
+  static std::vector<Block> blocks;  // kept for the process: a few, as many as copies in flight
+  static size_t pinned = 0;
+  std::lock_guard<std::mutex> lock(mutex);
+  Block* b = nullptr;
+  for (Block& c : blocks) {
+    if (c.bytes < bytes) continue;
+    const cudaError_t q = cudaEventQuery(c.done);
+    if (q == cudaErrorNotReady) continue;
+    CUDA_CHECK(q);
+    b = &c;
+    break;
+  }
+  if (!b && pinned + bytes > kMaxPinned)
+    for (Block& c : blocks)
+      if (c.bytes >= bytes) {
+        CUDA_CHECK(cudaEventSynchronize(c.done));
+        b = &c;
+        break;
+      }
+  if (!b) {
+    Block n;
+    n.bytes = std::max(bytes, size_t(64) << 10);
+    CUDA_CHECK(cudaMallocHost(&n.host, n.bytes));
+    CUDA_CHECK(cudaEventCreateWithFlags(&n.done, cudaEventDisableTiming));
+    blocks.push_back(n);
+    pinned += n.bytes;
+    b = &blocks.back();
+  }
+  std::memcpy(b->host, src, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(dst, b->host, bytes, cudaMemcpyHostToDevice, s));
+  CUDA_CHECK(cudaEventRecord(b->done, s));
+}
+#endif
+
 // dir: cudaMemcpyKind as an int (1 H2D, 2 D2H, 3 D2D) so that this file's CPU build needs no
 // CUDA header.
 void copy_async(void* dst, const void* src, size_t bytes, int dir) {
@@ -171,7 +227,7 @@ void copy_async(void* dst, const void* src, size_t bytes, int dir) {
       std::memmove(dst, src, bytes);
       return;
     case Device::Sim:
-      if (dir == 1) {  // from pageable memory, which CUDA stages before the call returns
+      if (dir == 1) {  // the caller may reuse the source at once, as on a GPU (copied first)
         auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                           static_cast<const char*>(src) + bytes);
         sim::enqueue([dst, staged] { std::memcpy(sim::real(dst), staged->data(), staged->size()); });
@@ -182,6 +238,7 @@ void copy_async(void* dst, const void* src, size_t bytes, int dir) {
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
+      if (dir == 1) return copy_to_device_staged(dst, src, bytes, stream_of(c));
       CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, static_cast<cudaMemcpyKind>(dir), stream_of(c)));
       return;
 #else

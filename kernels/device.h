@@ -58,8 +58,8 @@ class DeviceScope {
 void* device_alloc(size_t bytes);
 void device_free(Device device, void* p);
 void device_memset_zero(void* p, size_t bytes);
-// Host -> device, in stream order, from pageable memory: src is staged before the call returns
-// (as CUDA does), so the host may reuse it at once.
+// Host -> device, in stream order, from pageable memory: src may be reused or freed as soon as
+// the call returns (the bytes are copied first: on a GPU into pinned memory owned here).
 void copy_to_device(void* dst, const void* src, size_t bytes);
 // Device -> host, in stream order: dst holds the data only after synchronize().
 void copy_to_host(void* dst, const void* src, size_t bytes);

@@ -7,7 +7,11 @@
 # GPU machine brings), plus MPI's launcher and plug-ins when present, so that a 2-rank run can
 # come along. Measured: 29 MB as .tar.gz (sm_80 and sm_90, with MPI and PTB). Usage: launcher/gpu_bundle.sh BUILD_DIR DIR
 set -euo pipefail
+case "${1:-}" in
+  -h|--help|"") sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; [ -n "${1:-}" ]; exit ;;
+esac
 BUILD="$1"
+[ $# -eq 2 ] || { echo "usage: launcher/gpu_bundle.sh BUILD_DIR DIR" >&2; exit 2; }
 OUT="$2"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STAGE="$(mktemp -d)"
@@ -45,9 +49,33 @@ if command -v mpirun >/dev/null; then
     while read -r lib; do [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"; done
 fi
 
+# The bundle must run where only the C library and CUDA are: every NEEDED entry of every ELF
+# file resolves in lib/ or in those two sets (launcher/bundle_libs.sh). An MPI plug-in whose
+# library is missing here too is left out (Open MPI skips a plug-in it cannot open); any other
+# gap refuses the bundle, naming the library.
+# shellcheck source=launcher/bundle_libs.sh
+. "$ROOT/launcher/bundle_libs.sh"
+if ! gaps=$(bundle_check "$STAGE"); then
+  while read -r lib _ _ file; do
+    file="${file%)}"
+    if [[ "$file" == mpi/plugins/* ]]; then
+      echo "pn gpu-bundle: leaving out the MPI plug-in ${file#mpi/plugins/} (it needs $lib, which this machine lacks too)" >&2
+      rm -f "$STAGE/$file"
+    fi
+  done <<<"$gaps"
+  if ! gaps=$(bundle_check "$STAGE"); then
+    echo "pn gpu-bundle: refused: the bundle lacks $(head -n 1 <<<"$gaps")" >&2
+    [ "$(wc -l <<<"$gaps")" -gt 1 ] && echo "and $(($(wc -l <<<"$gaps") - 1)) more:" >&2 && tail -n +2 <<<"$gaps" >&2
+    exit 1
+  fi
+fi
+# The C library the bundle needs at least (the GPU machine's is newer, which is fine).
+bundle_glibc "$STAGE" > "$STAGE/GLIBC"
+
 # The PTB corpus for the tokens/s comparison, when it is beside the repository.
 [ -d "$ROOT/../shared/data/ptb" ] && cp -r "$ROOT/../shared/data/ptb" "$STAGE/ptb"
 git -C "$ROOT" rev-parse HEAD > "$STAGE/COMMIT" 2>/dev/null || echo unknown > "$STAGE/COMMIT"
 tar -C "$STAGE" -czf "$OUT/pn-gpu.tar.gz" .
-echo "pn gpu-bundle: $OUT/pn-gpu.tar.gz ($(du -h "$OUT/pn-gpu.tar.gz" | cut -f1)); on the GPU" \
+echo "pn gpu-bundle: $OUT/pn-gpu.tar.gz ($(du -h "$OUT/pn-gpu.tar.gz" | cut -f1); every library" \
+     "resolves in it, the C library ($(cat "$STAGE/GLIBC") or newer) or CUDA); on the GPU" \
      "machine: launcher/pn gpu-check --bundle $OUT --out REPORT_DIR"

@@ -3,25 +3,38 @@
 # minutes, on a machine with a GPU, its driver and CUDA (cuBLAS, NCCL, compute-sanitizer) but
 # none of pntrain's other dependencies, which DIR (from `pn gpu-bundle DIR`) brings.
 #
-# Steps, each with its own time limit, each recorded in REPORT_DIR/report.txt and report.json:
-#   versions        nvidia-smi, the driver, nvcc
-#   cuda_tests      every CUDA kernel and NCCL test with PN_CUDA_REQUIRED=1 (a skip fails)
-#   memcheck        compute-sanitizer --tool memcheck over the kernel tests
-#   racecheck       compute-sanitizer --tool racecheck over the kernel tests with shared memory
-#   device_vs_cpu   the training comparisons: LM with every norm, translation, repeatability,
-#                   checkpoints between devices (pn_tests' cuda cases, PN_CUDA_REQUIRED=1)
-#   nccl_2ranks     2 ranks on the one GPU through the staged fallback, when MPI came along
-#   norm_bench      every norm's forward + backward beside a device copy of the same bytes, at
-#                   d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
-#   throughput      configs/ptb_small.ini tokens/s on the GPU next to the CPU
-#   vs_pytorch      the same config against PyTorch on the GPU (eager and torch.compile, fp32
-#                   and bf16; bench/vs_pytorch/gpu.py), as far as its time budget goes
+# Options: --steps NAME,NAME runs only those steps (to rerun what failed); --budget-s S is the
+# whole check's time (default 570, so that it ends inside a call of ten minutes).
+#
+# Steps in this order, correctness first and measurements last, each with its own time limit
+# (seconds, in brackets); a step that would end past the budget is not started. Every step is
+# recorded in REPORT_DIR/report.txt and report.json, which is rewritten before and after each
+# step and when the check is killed, so a report is there whatever ends the call:
+#   versions        [20] nvidia-smi, the driver, nvcc
+#   libraries       [20] every library and symbol of the bundled executables resolves here
+#                   (ldd -r), the first gap in one line; without it no other step starts
+#   cuda_tests      [90] every CUDA kernel and NCCL test with PN_CUDA_REQUIRED=1 (a skip fails)
+#   device_vs_cpu   [90] the training comparisons: LM with every norm, translation,
+#                   repeatability, checkpoints between devices (pn_tests' cuda cases)
+#   memcheck        [90] compute-sanitizer --tool memcheck over the kernel tests
+#   racecheck       [60] compute-sanitizer --tool racecheck over the kernel tests with shared
+#                   memory
+#   nccl_2ranks     [30] 2 ranks on the one GPU through the staged fallback, when MPI came along
+#   norm_bench      [40] every norm's forward + backward beside a device copy of the same bytes,
+#                   at d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
+#   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
+#                   on the CPU
+#   vs_pytorch      [what is left] the same config against PyTorch on the GPU (eager and
+#                   torch.compile, fp32 and bf16; bench/vs_pytorch/gpu.py)
 set -uo pipefail
-BUNDLE="" OUT=""
+BUNDLE="" OUT="" ONLY="" BUDGET=570
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
+    --steps) ONLY=",$2,"; shift 2 ;;
+    --budget-s) BUDGET="$2"; shift 2 ;;
+    -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; exit 0 ;;  # the comment above
     *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
   esac
 done
@@ -31,60 +44,148 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 B="$(mktemp -d)"
-trap 'rm -rf "$B"' EXIT
+CHILD=""
+STARTED=$(date -u +%FT%TZ)
 tar -C "$B" -xzf "$BUNDLE/pn-gpu.tar.gz"
-export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" PN_SOURCE_DIR="$ROOT"
+
+# The bundled executables' library path: the bundle's lib/, then CUDA's own libraries wherever
+# this machine keeps them (the toolkit beside nvcc, the driver's folder, Python's nvidia-*
+# packages, where NCCL and cuBLAS may be the only copies), then what was set. Only the bundle's
+# programs get it: nvidia-smi and PyTorch keep this machine's libraries.
+# shellcheck source=launcher/bundle_libs.sh
+. "$ROOT/launcher/bundle_libs.sh"
+cuda_lib_dirs() {
+  local nvcc d
+  nvcc=$(command -v nvcc 2>/dev/null) && nvcc=$(readlink -f "$nvcc")
+  for d in ${nvcc:+"$(dirname "$nvcc")/../lib64" "$(dirname "$nvcc")/../lib" \
+           "$(dirname "$nvcc")/../targets/x86_64-linux/lib"} /usr/local/cuda/lib64 \
+           /usr/local/nvidia/lib64 /usr/local/nvidia/lib; do
+    [ -d "$d" ] && readlink -f "$d"
+  done
+  python3 -c 'import nvidia, sys; print("\n".join(nvidia.__path__))' 2>/dev/null |
+    while read -r d; do find "$d" -maxdepth 3 -type d -name lib 2>/dev/null; done
+}
+PREFERRED=$(bundle_prefer_system "$B")
+BLIB="$B/lib$(cuda_lib_dirs | awk '!seen[$0]++ {printf ":%s", $0}')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bundled=(env LD_LIBRARY_PATH="$BLIB")
+# gpu.py runs pntrain itself: through this wrapper it gets the bundle's library path.
+printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s/bin/pntrain" "$@"\n' "$BLIB" "$B" > "$B/pntrain"
+chmod +x "$B/pntrain"
+
+# ---- the report: report.txt line by line, report.json rewritten whole at every change ------
 : > "$OUT/report.txt"
-echo "[" > "$OUT/steps.json"
-first=1
+: > "$OUT/steps.jsonl"
+RUNNING=""
+json_str() {  # a JSON string of $1
+  local s
+  s=$(printf '%s' "$1" | tr -d '\000-\010\013\014\016-\037')
+  s=${s//\\/\\\\}; s=${s//\"/\\\"}; s=${s//$'\t'/\\t}; s=${s//$'\n'/\\n}; s=${s//$'\r'/}
+  printf '"%s"' "$s"
+}
+write_report() {  # write_report FINISHED(true|false)
+  local passed=false
+  if [ "$1" = true ] && [ -s "$OUT/steps.jsonl" ] &&
+     ! grep -qv '"status": "pass"' "$OUT/steps.jsonl"; then
+    passed=true
+  fi
+  {
+    printf '{"commit": %s, "host": %s, "started": %s, "budget_s": %s, "seconds": %d,\n' \
+      "$(json_str "$(cat "$B/COMMIT" 2>/dev/null)")" "$(json_str "$(hostname)")" \
+      "$(json_str "$STARTED")" "$BUDGET" "$SECONDS"
+    printf ' "finished": %s, "passed": %s, "running": %s,\n' "$1" "$passed" \
+      "$( [ -n "$RUNNING" ] && json_str "$RUNNING" || echo null)"
+    printf ' "steps": [%s],\n' "$(paste -sd, "$OUT/steps.jsonl")"
+    printf ' "report": %s}\n' "$(json_str "$(cat "$OUT/report.txt")")"
+  } > "$OUT/report.json.tmp" && mv -f "$OUT/report.json.tmp" "$OUT/report.json"
+}
+record() {  # record NAME STATUS RC SECONDS DETAIL
+  printf '%-20s %-8s %4ss  %s\n' "$1" "$2" "$4" "$5" | tee -a "$OUT/report.txt"
+  printf '{"step": %s, "status": "%s", "rc": %d, "seconds": %d, "detail": %s}\n' \
+    "$(json_str "$1")" "$2" "$3" "$4" "$(json_str "$5")" >> "$OUT/steps.jsonl"
+  RUNNING=""
+  write_report false
+}
+# Killed (the call's time limit, ^C): the step in flight is recorded as killed, then the report.
+on_signal() {
+  [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
+  [ -n "$RUNNING" ] && record "$RUNNING" killed 143 0 "killed by a signal while running"
+  write_report false
+  echo "pn gpu-check: killed; the report so far is in $OUT/report.txt" >&2
+  exit 143
+}
+trap on_signal TERM INT HUP
+trap 'rm -rf "$B"' EXIT
+
+# The line of a step's log that says why it failed: the runtime's reason where a test or tool
+# printed one (PN_CUDA_REQUIRED's skip-turned-failure, an error, a missing file or library),
+# else the last line.
+log_reason() {
+  local line=""
+  [ "$2" -ne 0 ] && line=$(grep -m 1 -E 'PN_CUDA_REQUIRED=1: |on every rank|[Ee]rror|not found|No such file|undefined symbol' "$1")
+  [ -n "$line" ] || line=$(tail -n 1 "$1")
+  printf '%s' "$line" | cut -c1-200
+}
+# wanted NAME: the step is to run (--steps lists it, or no --steps; the library check always).
+wanted() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ]; }
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
+LIBS_GAP=""
 step() {
   local name="$1" limit="$2"; shift 2
   local t0=$SECONDS rc
-  # The whole check fits one call of ten minutes: a step that could overrun it is not started.
-  if [ $((SECONDS + limit)) -gt 590 ]; then
-    printf '%-14s %-8s %4ss  %s\n' "$name" "skipped" 0 "not started: the ten minutes are spent" |
-      tee -a "$OUT/report.txt"
-    [ $first -eq 1 ] || echo "," >> "$OUT/steps.json"
-    first=0
-    printf '{"step": "%s", "status": "skipped", "rc": -1, "seconds": 0}' "$name" >> "$OUT/steps.json"
+  wanted "$name" || return 0
+  if [ -n "$LIBS_GAP" ] && [ "$name" != versions ] && [ "$name" != libraries ]; then
+    record "$name" skipped -1 0 "not started: $LIBS_GAP"
     return
   fi
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  if [ $((SECONDS + limit)) -gt "$BUDGET" ]; then
+    record "$name" skipped -1 0 "not started: it could end past the ${BUDGET} s budget"
+    return
+  fi
+  RUNNING="$name"
+  write_report false
+  # In the background, so that a signal reaches the trap at once; -k: a process stuck in the
+  # driver that ignores TERM is killed 5 s later.
+  timeout -k 5 "$limit" "$@" > "$OUT/$name.log" 2>&1 &
+  CHILD=$!
+  wait "$CHILD"
   rc=$?
-  local secs=$((SECONDS - t0)) status=pass
+  CHILD=""
+  local status=pass
   [ $rc -ne 0 ] && status=fail
-  [ $rc -eq 124 ] && status=timeout
-  printf '%-14s %-8s %4ss  %s\n' "$name" "$status" "$secs" "$(tail -n 1 "$OUT/$name.log" | cut -c1-120)" |
-    tee -a "$OUT/report.txt"
-  [ $first -eq 1 ] || echo "," >> "$OUT/steps.json"
-  first=0
-  printf '{"step": "%s", "status": "%s", "rc": %d, "seconds": %d}' "$name" "$status" "$rc" "$secs" >> "$OUT/steps.json"
+  [ $rc -eq 124 ] || [ $rc -eq 137 ] && status=timeout
+  record "$name" "$status" "$rc" $((SECONDS - t0)) "$(log_reason "$OUT/$name.log" "$rc")"
 }
 
-echo "pn gpu-check of commit $(cat "$B/COMMIT") on $(hostname), $(date -u +%FT%TZ)" | tee -a "$OUT/report.txt"
-step versions 30 bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nvcc --version || true'
-step cuda_tests 120 "$B/bin/pn_cuda_tests" --gtest_output="json:$OUT/cuda_tests.json"
-SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-step memcheck 120 "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
-  --gtest_filter='CudaKernels.*:CudaNormKernels.*:CudaNormLayers.*'
-step racecheck 90 "$SAN" --tool racecheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
-  --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
-step device_vs_cpu 120 "$B/bin/pn_tests" --gtest_filter='*cuda*:Devices.*' \
+echo "pn gpu-check of commit $(cat "$B/COMMIT") on $(hostname), $STARTED" | tee -a "$OUT/report.txt"
+[ -n "$PREFERRED" ] && echo "$PREFERRED" | tee -a "$OUT/report.txt"
+# ---- correctness ---------------------------------------------------------------------------
+step versions 20 bash -c 'nvcc --version; nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv'
+step libraries 20 env LD_LIBRARY_PATH="$BLIB" "$ROOT/launcher/bundle_libs.sh" runtime "$B"
+if grep -q '^libraries  *fail' "$OUT/report.txt"; then
+  LIBS_GAP="libraries: $(tail -n 1 "$OUT/libraries.log")"
+fi
+step cuda_tests 90 "${bundled[@]}" "$B/bin/pn_cuda_tests" --gtest_output="json:$OUT/cuda_tests.json"
+step device_vs_cpu 90 "${bundled[@]}" "$B/bin/pn_tests" --gtest_filter='*cuda*:Devices.*' \
   --gtest_output="json:$OUT/device_vs_cpu.json"
+SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+step memcheck 90 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
+  --gtest_filter='CudaKernels.*:CudaNormKernels.*:CudaNormLayers.*'
+step racecheck 60 "${bundled[@]}" "$SAN" --tool racecheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
+  --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
 if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
   export OMPI_MCA_mca_base_component_path="$B/mpi/plugins" OPAL_PKGDATADIR="$B/mpi/share"
-  step nccl_2ranks 45 "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
-    "$B/bin/pn_cuda_mpi_tests"
+  step nccl_2ranks 30 "${bundled[@]}" "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none \
+    -np 2 -x LD_LIBRARY_PATH "$B/bin/pn_cuda_mpi_tests"
 fi
-step norm_bench 60 bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
+# ---- measurements --------------------------------------------------------------------------
+step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
-  for run in cuda:fp32 cuda_tf32:tf32 cpu:fp32; do
-    dev="${run%%:*}"
-    step "throughput_$dev" 60 "$B/bin/pntrain" --config "$ROOT/configs/ptb_small.ini" \
-      --data "$B/ptb" --device "${dev%_tf32}" --precision "${run#*:}" --max-update 25 \
+  for run in cuda:fp32:35 cuda_tf32:tf32:35 cpu:fp32:45; do
+    IFS=: read -r dev prec limit <<<"$run"
+    step "throughput_$dev" "$limit" "${bundled[@]}" "$B/bin/pntrain" --config "$ROOT/configs/ptb_small.ini" \
+      --data "$B/ptb" --device "${dev%_tf32}" --precision "$prec" --max-update 25 \
       --validate-interval-updates 0 --log-interval 10 --metrics "$OUT/throughput_$dev.jsonl"
   done
   python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
@@ -98,36 +199,23 @@ for dev in ("cuda", "cuda_tf32", "cpu"):
         rate[dev] = statistics.median(tps)
     except Exception as e:
         rate[dev] = None
-print("throughput     ptb_small.ini tokens/s (median of updates 6-25): "
+print(f"{'throughput':<20} ptb_small.ini tokens/s (median of updates 6-25): "
       f"cuda {rate['cuda']}, cuda tf32 {rate['cuda_tf32']}, cpu {rate['cpu']}"
       + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
 PY
-fi
-if [ -d "$B/ptb" ]; then
-  left=$((575 - SECONDS))
+  left=$((BUDGET - 10 - SECONDS))
   if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-    printf '%-14s %-8s %4ss  %s\n' vs_pytorch skipped 0 "no PyTorch with CUDA in python3 here" |
-      tee -a "$OUT/report.txt"
+    wanted vs_pytorch && record vs_pytorch skipped -1 0 "no PyTorch with CUDA in python3 here"
   elif [ $left -gt 60 ]; then
-    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/gpu.py" --pntrain "$B/bin/pntrain" \
+    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/gpu.py" --pntrain "$B/pntrain" \
       --data "$B/ptb" --norms layer,power,batch --budget-s $((left - 10)) --out "$OUT/vs_pytorch"
-    tail -n 6 "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
+    [ -f "$OUT/vs_pytorch.log" ] && tail -n 6 "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
   else
-    printf '%-14s %-8s %4ss  %s\n' vs_pytorch skipped 0 "not started: the ten minutes are spent" |
-      tee -a "$OUT/report.txt"
+    wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi
 fi
-echo "]" >> "$OUT/steps.json"
-python3 - "$OUT" <<'PY' || true
-import json, sys
-out = sys.argv[1]
-steps = json.load(open(f"{out}/steps.json"))
-report = open(f"{out}/report.txt").read()
-json.dump({"steps": steps, "report": report,
-           "passed": all(s["status"] == "pass" for s in steps) and " skipped " not in report},
-          open(f"{out}/report.json", "w"), indent=1)
-PY
-if grep -qE ' (fail|timeout|skipped) ' "$OUT/report.txt"; then
+write_report true
+if grep -qE '^[a-z_0-9]+ +(fail|timeout|skipped|killed) ' "$OUT/report.txt"; then
   echo "pn gpu-check: FAILED (see $OUT/report.txt and the step logs)"; exit 1
 fi
 echo "pn gpu-check: every step passed ($OUT/report.txt)"

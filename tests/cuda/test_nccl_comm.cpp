@@ -4,6 +4,7 @@
 // Multi-rank NCCL runs need several GPUs; skipped without a GPU, absent without NCCL.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -33,6 +34,11 @@ TEST(NcclCommunicator, StatisticsAndBucketsAtOneRank) {
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->name(), "nccl");
   EXPECT_TRUE(comm->device_collectives());
+  // The two communicators' collectives overlap in the backward: NCCL launches them in program
+  // order (the same on every rank), or ranks could deadlock (unless the user chose otherwise).
+  const char* order = std::getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+  ASSERT_NE(order, nullptr);
+  EXPECT_STREQ(order, "1");
   cudaStream_t compute;
   CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
 

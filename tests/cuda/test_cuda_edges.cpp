@@ -1,0 +1,168 @@
+// The GPU-only failure classes a CPU run cannot show, each held by a test that runs on the first
+// GPU (skipped without one): GEMMs on non-square views with padded leading dimensions, fp32
+// GEMMs that stay fp32 after a tf32 context, logits of more than 2^31 elements, and host
+// sources of copies reused at once while the stream is still busy.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/buffer.h"
+#include "kernels/device.h"
+#include "kernels/kernels.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace pn::test {
+namespace {
+
+constexpr cudaStream_t kStream = nullptr;  // the legacy default stream: download() syncs it
+
+// Row-major views inside wider arrays, as the models use them (q, k, v inside qkv [rows, 3d]):
+// every leading dimension larger than the view's width, M, N and K all different; C's padding
+// must come back untouched.
+TEST(CudaKernels, GemmPaddedLeadingDimensions) {
+  PN_REQUIRE_GPU();
+  cuda::Blas blas(kStream);
+  const int M = 48, N = 20, K = 33, pad = 7;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const auto A = randf(size_t(ta ? K : M) * lda, 101), B = randf(size_t(tb ? N : K) * ldb, 102);
+      auto C = randf(size_t(M) * ldc, 103);
+      DBuf<float> dA(A), dB(B), dC(C);
+      cuda::gemm(blas, ta, tb, M, N, K, 1.3f, dA.data(), lda, dB.data(), ldb, -0.5f, dC.data(),
+                 ldc);
+      k::gemm<float>(ta, tb, M, N, K, 1.3f, A.data(), lda, B.data(), ldb, -0.5f, C.data(), ldc);
+      expect_close("gemm, padded", dC.download(), C, 1e-5, 1e-5);
+    }
+  // Strided-batched over 3 sequences, operands at their own strides (attention's layout).
+  const int batch = 3, lda = K + 5, ldb = N + 3, ldc = N + 9;
+  const long long sa = (long long)M * lda + 11, sb = (long long)K * ldb + 13,
+                  sc = (long long)M * ldc + 17;
+  const auto A = randf(size_t(sa) * batch, 104), B = randf(size_t(sb) * batch, 105);
+  auto C = randf(size_t(sc) * batch, 106);
+  DBuf<float> dA(A), dB(B), dC(C);
+  cuda::gemm_strided_batched(blas, false, false, M, N, K, 0.9f, dA.data(), lda, sa, dB.data(), ldb,
+                             sb, 0.2f, dC.data(), ldc, sc, batch);
+  for (int i = 0; i < batch; ++i)
+    k::gemm<float>(false, false, M, N, K, 0.9f, A.data() + i * sa, lda, B.data() + i * sb, ldb,
+                   0.2f, C.data() + i * sc, ldc);
+  expect_close("gemm_strided_batched, padded", dC.download(), C, 1e-5, 1e-5);
+}
+
+// fp32 means fp32: A = 1 + 2^-15 (kept by fp32's 23 bits, lost by tf32's 10), B = 1, so every
+// entry of C = A B is K (1 + 2^-15) exactly in fp32 and K in tf32. A tf32 context before must not
+// leak into the fp32 one after it (each scope owns its cuBLAS handle).
+TEST(CudaDevice, Fp32GemmStaysFp32AfterATf32Context) {
+  PN_REQUIRE_GPU();
+  const int n = 256;
+  const float a = 1.0f + std::ldexp(1.0f, -15);
+  const std::vector<float> A(size_t(n) * n, a), B(size_t(n) * n, 1.0f);
+  const float exact = float(n) * a;
+  auto product = [&](GemmMath math) {
+    DeviceScope scope(Device::CUDA, 0, math);
+    Buf<float> dA, dB, dC(size_t(n) * n);
+    dA.from_host(A);
+    dB.from_host(B);
+    k::gemm<float>(false, false, n, n, n, 1.0f, dA.data(), n, dB.data(), n, 0.0f, dC.data(), n);
+    return dC.to_host();
+  };
+  const std::vector<float> tf32 = product(GemmMath::tf32);
+  const std::vector<float> fp32 = product(GemmMath::fp32);
+  size_t bad = 0;
+  for (float c : fp32) bad += c != exact;
+  EXPECT_EQ(bad, 0u) << "fp32 GEMM entries differ from " << exact << " (first " << fp32[0]
+                     << "): tf32 or another reduced precision is in use";
+  RecordProperty("tf32_entry", std::to_string(tf32[0]));  // n on tensor cores, shown in the XML
+}
+
+// Logits of 65536 tokens x 32771 words: 2^31 + 196608 floats, so the last rows lie beyond what
+// an int index reaches. The GEMM that makes them and the fused cross-entropy over them must
+// address those rows right: the last rows (the only live ones) against the CPU on their host copy.
+TEST(CudaLarge, LogitsBeyondTwoToThe31Elements) {
+  PN_REQUIRE_GPU();
+  const int R = 65536, V = 32771, K = 8, live = 4;
+  const size_t n = size_t(R) * V;
+  ASSERT_GT(n, size_t(1) << 31);
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (free_b < n * sizeof(float) + (size_t(1) << 30))
+    GTEST_SKIP() << "needs " << (n * sizeof(float) >> 30) << " GiB of GPU memory, "
+                 << (free_b >> 30) << " GiB free";
+  cuda::Blas blas(kStream);
+  const auto H = randf(size_t(R) * K, 201), E = randf(size_t(V) * K, 202);
+  DBuf<float> dH(H), dE(E), dlogits(n);
+  cuda::gemm(blas, false, true, R, V, K, 1.0f, dH.data(), K, dE.data(), K, 0.0f, dlogits.data(), V);
+  // The last rows, computed on the CPU from the same operands.
+  const size_t first = size_t(R - live) * V;
+  std::vector<float> rows(size_t(live) * V), cpu(size_t(live) * V);
+  CUDA_CHECK(cudaMemcpy(rows.data(), dlogits.data() + first, rows.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  k::gemm<float>(false, true, live, V, K, 1.0f, H.data() + size_t(R - live) * K, K, E.data(), K,
+                 0.0f, cpu.data(), V);
+  expect_close("logits beyond 2^31", rows, cpu, 1e-5, 1e-5);
+
+  std::vector<int32_t> target(R);
+  for (int i = 0; i < R; ++i) target[i] = int32_t((size_t(i) * 7919) % V);
+  std::vector<uint8_t> mask(R, 0);
+  for (int i = R - live; i < R; ++i) mask[i] = 1;
+  DBuf<int32_t> dtarget(target);
+  DBuf<uint8_t> dmask(mask);
+  DBuf<double> dsums(3);
+  cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), R, V, 0.1f, 0.5f, dsums.data(),
+                     kStream);
+  const k::LossSums g = cuda::loss_sums_host(dsums.data(), kStream);
+  const k::LossSums c = k::softmax_xent<float>(rows.data(), target.data() + (R - live), nullptr,
+                                               live, V, 0.1f, 0.5f);
+  EXPECT_EQ(g.ntokens, live);
+  EXPECT_NEAR(g.loss, c.loss, 1e-5 * (1 + std::fabs(c.loss)));
+  EXPECT_NEAR(g.nll, c.nll, 1e-5 * (1 + std::fabs(c.nll)));
+  std::vector<float> grad(size_t(live) * V);
+  CUDA_CHECK(cudaMemcpy(grad.data(), dlogits.data() + first, grad.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  expect_close("dlogits beyond 2^31", grad, rows, 1e-5, 1e-7);
+  float masked = 1.0f;  // a masked row's gradient is zero
+  CUDA_CHECK(cudaMemcpy(&masked, dlogits.data() + first - 1, sizeof masked, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(masked, 0.0f);
+}
+
+// copy_to_device takes memory the caller reuses at once (a batch's tokens, then the next
+// batch's): with the stream busy, each source is overwritten and freed right after the call,
+// and the device must still receive what it held at the call: small copies, one above the
+// staging size, and 1 MB copies past the pinned blocks' 64 MB (which wait for a busy block).
+TEST(CudaDevice, HostSourceOfACopyIsFreeAtOnce) {
+  PN_REQUIRE_GPU();
+  DeviceScope scope(Device::CUDA, 0);
+  const int n = 2048, copies = 24 + 100;
+  Buf<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
+  k::fill<float>(a.data(), a.size(), 1.0f);
+  k::fill<float>(b.data(), b.size(), 1.0f);
+  auto busy = [&] {  // tens of milliseconds of work queued ahead of the copies
+    for (int i = 0; i < 8; ++i)
+      k::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  busy();
+  const size_t small = 50000, big = (size_t(20) << 20) / sizeof(float);
+  std::vector<Buf<float>> dst(copies);
+  for (int i = 0; i < copies; ++i) {
+    const size_t len = i < 23 ? small : i == 23 ? big : (size_t(1) << 20) / sizeof(float);
+    dst[i].resize(len);
+    auto src = std::make_unique<std::vector<float>>(len, float(i));
+    copy_to_device(dst[i].data(), src->data(), len * sizeof(float));
+    std::fill(src->begin(), src->end(), -1.0f);
+    src.reset();
+    if (i == 23) busy();
+  }
+  for (int i = 0; i < copies; ++i) {
+    const std::vector<float> got = dst[i].to_host();
+    size_t bad = 0;
+    for (float v : got) bad += v != float(i);
+    EXPECT_EQ(bad, 0u) << "copy " << i << ": the device got what the host wrote after the call";
+  }
+}
+
+}  // namespace
+}  // namespace pn::test
