@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
@@ -45,7 +46,8 @@ const std::vector<std::string> kColumns = {
     "norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
     "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
     "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
-    "optimizer_ms", "other_ms", "note"};
+    "optimizer_ms", "other_ms", "sync_group_size", "stats_allreduces_per_update",
+    "stats_bytes_per_update", "grad_allreduce_ms", "note"};
 
 const char* kUsage =
     "pnbench: one point of a strong or weak scaling benchmark of pntrain\n\n"
@@ -69,7 +71,12 @@ const char* kUsage =
     "compute_ms (forward + backward minus the statistics all-reduces), stats_allreduce_ms\n"
     "(the all-reduces of synchronized norms), grad_allreduce_exposed_ms (the gradient\n"
     "all-reduce time not hidden behind the backward), optimizer_ms, other_ms (update_ms minus\n"
-    "the four parts: batching, gradient zeroing), note.\n\n"
+    "the four parts: batching, gradient zeroing), sync_group_size (ranks per statistics group,\n"
+    "--sync-group-size), stats_allreduces_per_update and stats_bytes_per_update (the\n"
+    "synchronized norms' all-reduces of one update on rank 0 and the bytes it summed in them;\n"
+    "0 without synchronized norms or at one rank), grad_allreduce_ms (the gradient all-reduce\n"
+    "measured alone after the run: the same buckets, blocking, median of 5; its exposed part\n"
+    "above is what the overlap leaves), note.\n\n"
     "Run `launcher/pn bench --help` for the driver that loops over norms and rank counts.\n\n"
     "pnbench options";
 
@@ -204,6 +211,26 @@ void append_row(const std::string& csv, const std::vector<std::string>& row) {
   out << join(row, ',') << '\n';
 }
 
+// The gradient all-reduce alone: the trainer's buckets of the n-float gradient (bucket_mb MB;
+// 0: one), summed over every rank one after the other, blocking, in host memory (also for a
+// GPU run: the host path of the communicator); the median of 5 after one warm-up. 0 at one rank.
+double time_gradient_allreduce(pn::Communicator& comm, size_t n, double bucket_mb) {
+  if (comm.size() == 1) return 0;
+  const size_t per = bucket_mb > 0 ? std::max<size_t>(1, size_t(bucket_mb * 262144.0)) : n;
+  std::vector<float> grad(n, 1.0f);
+  std::vector<double> times;
+  for (int rep = 0; rep < 6; ++rep) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t begin = 0; begin < n; begin += per)
+      comm.allreduce_sum(grad.data() + begin, std::min(per, n - begin));
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    comm.allreduce_max(&s, 1);  // the slowest rank's
+    if (rep > 0) times.push_back(s);
+  }
+  return median(times);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -272,6 +299,8 @@ int main(int argc, char** argv) {
                      ("pnbench." + std::to_string(getpid()) + ".jsonl"))
                         .string();
     pn::validate_options(opt);
+    if (const std::string e = pn::sync_group_error(opt.sync_group_size, R); !e.empty())
+      throw std::invalid_argument(e);
     if (b.verbose && comm->rank() == 0) FLAGS_minloglevel = 0;
 
     const int cores = pn::hardware_cores();
@@ -288,12 +317,18 @@ int main(int argc, char** argv) {
     if (R > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
+    double stats_per_update = 0, stats_bytes_per_update = 0, grad_allreduce_s = 0;
     {
       pn::DeviceScope scope(device, comm->local_rank(), pn::parse_gemm_math(opt.precision));
       if (comm->rank() == 0 && device != pn::Device::CPU)
         std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));
       trainer.train();
+      const pn::Communicator& stats = trainer.stats_communicator();
+      const bool counted = &stats != comm.get();  // one rank: no statistics all-reduce at all
+      stats_per_update = counted ? double(stats.allreduce_count) / opt.max_update : 0;
+      stats_bytes_per_update = counted ? double(stats.allreduce_bytes) / opt.max_update : 0;
+      grad_allreduce_s = time_gradient_allreduce(*comm, trainer.params().size(), opt.bucket_mb);
     }  // the trainer closes the metrics file
     if (comm->rank() == 0) {
       const Medians m = read_medians(opt.metrics, b.warmup + 1);
@@ -319,12 +354,14 @@ int main(int argc, char** argv) {
       std::printf("pnbench | %s | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
                   "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats "
                   "all-reduce %.2f + grad all-reduce exposed %.2f + optimizer %.2f + other "
-                  "%.2f%s\n",
+                  "%.2f | sync group %d: %.0f stats all-reduces, %.0f bytes per update | grad "
+                  "all-reduce alone %.2f ms%s\n",
                   norm.c_str(), device_label.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
                   std::isfinite(speedup) ? fixed(speedup, 3).c_str() : "n/a",
                   std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
                   1e3 * m.update_s, 1e3 * m.compute_s, 1e3 * m.stats_s, 1e3 * m.grad_s,
-                  1e3 * m.optimizer_s, 1e3 * m.other_s,
+                  1e3 * m.optimizer_s, 1e3 * m.other_s, pn::sync_group_ranks(opt, R),
+                  stats_per_update, stats_bytes_per_update, 1e3 * grad_allreduce_s,
                   oversubscribed ? " | OVERSUBSCRIBED" : "");
       if (!b.csv.empty())
         append_row(b.csv,
@@ -335,7 +372,9 @@ int main(int argc, char** argv) {
                     fixed(m.tokens_per_s, 1), fixed(speedup, 4), fixed(efficiency, 4), fixed(1e3 * m.update_s, 3),
                     fixed(1e3 * m.compute_s, 3), fixed(1e3 * m.stats_s, 3),
                     fixed(1e3 * m.grad_s, 3), fixed(1e3 * m.optimizer_s, 3),
-                    fixed(1e3 * m.other_s, 3), note});
+                    fixed(1e3 * m.other_s, 3), std::to_string(pn::sync_group_ranks(opt, R)),
+                    fixed(stats_per_update, 1), fixed(stats_bytes_per_update, 0),
+                    fixed(1e3 * grad_allreduce_s, 3), note});
     }
   } catch (const std::exception& e) {
     comm->abort(e.what(), 2);

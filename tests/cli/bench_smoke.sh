@@ -31,7 +31,8 @@ import csv, math, sys
 want = ["norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
         "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
         "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
-        "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "note"]
+        "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "sync_group_size",
+        "stats_allreduces_per_update", "stats_bytes_per_update", "grad_allreduce_ms", "note"]
 f = open(sys.argv[1])
 reader = csv.DictReader(f)
 rows, cores, ok = list(reader), int(sys.argv[2]), True
@@ -66,6 +67,18 @@ for r in rows:
         bad("layer has no statistics all-reduce, got %s ms" % stats)
     if r["norm"] == "sync_batch" and R == 2 and not stats > 0:
         bad("sync_batch at 2 ranks shows no statistics all-reduce time: %s" % r)
+    # Counts, not timings: 1 layer x 2 norm places + the final norm, 2 sums each (forward,
+    # backward) per micro-step; none for layer or at one rank.
+    count = float(r["stats_allreduces_per_update"])
+    want = 6 if (r["norm"] == "sync_batch" and R == 2) else 0
+    if count != want:
+        bad("stats_allreduces_per_update %s, want %d: %s" % (count, want, r))
+    if (float(r["stats_bytes_per_update"]) > 0) != (want > 0):
+        bad("stats_bytes_per_update: %s" % r)
+    if int(r["sync_group_size"]) != R:
+        bad("sync_group_size %s at %d ranks (default: all ranks): %s" % (r["sync_group_size"], R, r))
+    if R == 2 and not float(r["grad_allreduce_ms"]) > 0:
+        bad("no gradient all-reduce time at 2 ranks: %s" % r)
 # Target tokens per update: fixed in strong scaling, proportional to the ranks in weak.
 tpu = {(r["mode"], r["norm"], int(r["ranks"])): int(r["tokens_per_update"]) for r in rows}
 for n in ("layer", "sync_batch"):
