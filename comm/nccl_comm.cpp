@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct NcclCommunicator final : Communicator {
   std::vector<bool> done_busy;
   cudaEvent_t ready = nullptr;  // the caller's stream reached the bucket
   std::atomic<bool> aborted{false};  // ncclCommAbort was called (by abort(), maybe another thread)
+  // The splits of this communicator (statistics groups): the watchdog asks this one for device
+  // errors and aborts through it, so it answers and aborts for them too.
+  std::mutex splits_mu;
+  std::vector<NcclCommunicator*> splits;
+  NcclCommunicator* split_of = nullptr;
   void* pinned = nullptr;            // staging buffer (fallback only)
   size_t pinned_bytes = 0;
 
@@ -77,8 +83,15 @@ struct NcclCommunicator final : Communicator {
       check(ncclCommSplit(from.nccl_buckets, color, from.rank(), &nccl_buckets, nullptr),
             "ncclCommSplit");
     }
+    split_of = &from;
+    std::lock_guard<std::mutex> lock(from.splits_mu);
+    from.splits.push_back(this);
   }
   ~NcclCommunicator() override {
+    if (split_of) {
+      std::lock_guard<std::mutex> lock(split_of->splits_mu);
+      split_of->splits.erase(std::find(split_of->splits.begin(), split_of->splits.end(), this));
+    }
     if (nccl_buckets && !aborted) ncclCommDestroy(nccl_buckets);
     if (nccl && !aborted) ncclCommDestroy(nccl);
     for (cudaEvent_t e : done) cudaEventDestroy(e);
@@ -180,18 +193,31 @@ struct NcclCommunicator final : Communicator {
   // Called by the watchdog thread too: aborting the NCCL communicator first ends the collectives
   // that a dead or hung peer would keep spinning on the GPU, so that the process can exit.
   [[noreturn]] void abort(const std::string& msg, int code) override {
+    abort_device_comms();
+    host->abort(msg, code);
+    std::_Exit(code);  // not reached: host->abort ends the job
+  }
+
+  void abort_device_comms() {
+    {
+      std::lock_guard<std::mutex> lock(splits_mu);
+      for (NcclCommunicator* g : splits) g->abort_device_comms();
+    }
     if (nccl && !aborted.exchange(true)) {
       if (nccl_buckets) ncclCommAbort(nccl_buckets);
       ncclCommAbort(nccl);
     }
-    host->abort(msg, code);
-    std::_Exit(code);  // not reached: host->abort ends the job
   }
 
   // ---- device sums ----------------------------------------------------------------------------
   bool device_collectives() const override { return true; }
 
   std::string device_error() override {
+    {
+      std::lock_guard<std::mutex> lock(splits_mu);
+      for (NcclCommunicator* g : splits)
+        if (std::string e = g->device_error(); !e.empty()) return e;
+    }
     if (!nccl || aborted) return "";
     for (ncclComm_t c : {nccl, nccl_buckets}) {
       ncclResult_t async = ncclSuccess;
