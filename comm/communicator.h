@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,13 @@ struct Communicator {
   virtual void allreduce_max(double* buf, size_t n) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // A communicator over the ranks of this one that pass the same `color`, ranked in their order
+  // here (MPI_Comm_split; ncclCommSplit for device sums): the synchronized norms' statistics
+  // groups of --sync-group-size. Collective: every rank calls it. local_rank() and local_size()
+  // stay this communicator's (they place the rank on its node). Its waits and collective time
+  // count here as well (`parent`), where the watchdog and the time reports look.
+  virtual std::unique_ptr<Communicator> split(int color) = 0;
 
   // Non-blocking sum: starts the reduction and returns a handle; the buffer must stay untouched
   // until wait(). test() lets the reduction progress (MPI progresses only inside MPI calls).
@@ -43,6 +51,22 @@ struct Communicator {
   double collective_seconds = 0;
   // True while this rank waits inside a collective (its peers are late, not this rank).
   std::atomic<bool> in_collective{false};
+  // All-reduces this rank ran (host, non-blocking and device ones) and the bytes it summed in
+  // them, for cost reports (pnbench).
+  int64_t allreduce_count = 0;
+  int64_t allreduce_bytes = 0;
+  // The communicator this one was split from (null for the job's own).
+  Communicator* parent = nullptr;
+  // Marks this rank as waiting in a collective, here and in every communicator it was split from.
+  void enter_collective() {
+    for (Communicator* c = this; c; c = c->parent) c->in_collective = true;
+  }
+  void leave_collective(double seconds) {
+    for (Communicator* c = this; c; c = c->parent) {
+      c->in_collective = false;
+      c->collective_seconds += seconds;
+    }
+  }
   // The program that errors name ("pntrain: error: ...").
   std::string program = "pntrain";
   // Ends the whole job (every rank) after printing msg; never returns.
@@ -92,6 +116,14 @@ std::unique_ptr<Communicator> make_communicator(int* argc, char*** argv);
 std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv);
 // The same for a communicator already made: wrapped in the NCCL one when built with NCCL.
 std::unique_ptr<Communicator> make_device_communicator(std::unique_ptr<Communicator> host);
+// The communicator of this rank's statistics group (--sync-group-size): the group_size
+// consecutive ranks r that share r / group_size (group_size 0: every rank). A split even when the
+// group is the whole job, so that its counts hold the statistics sums alone. Throws
+// std::invalid_argument (sync_group_error) when group_size does not divide the world size.
+std::unique_ptr<Communicator> make_group_communicator(Communicator& world, int group_size);
+// "" when group_size (0: the world size) is a divisor of world_size; otherwise the error, naming
+// both numbers and the fix.
+std::string sync_group_error(int group_size, int world_size);
 // True when the environment says we run under an MPI launcher.
 bool launched_by_mpi();
 

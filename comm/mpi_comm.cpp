@@ -33,6 +33,8 @@ struct MpiCommunicator final : Communicator {
   bool owns_mpi = false;
   std::vector<MPI_Request> requests;  // handles of iallreduce_sum, reused once completed
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  int world_rank_ = 0;              // the rank that messages name (the job's, also in a split)
+  MPI_Comm comm = MPI_COMM_WORLD;   // the job, or a split's own communicator
   MPI_Comm node_comm = MPI_COMM_NULL;
 
   explicit MpiCommunicator(int* argc, char*** argv) {
@@ -51,8 +53,19 @@ struct MpiCommunicator final : Communicator {
                                   &node_comm), "MPI_Comm_split_type");
     MPI_Comm_rank(node_comm, &local_rank_);
     MPI_Comm_size(node_comm, &local_size_);
+    world_rank_ = rank_;
+  }
+  // A split of `from` (split()): the ranks of `c`, placed on their node as in `from`.
+  MpiCommunicator(MPI_Comm c, const MpiCommunicator& from) : comm(c) {
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm, &rank_);
+    MPI_Comm_size(comm, &size_);
+    local_rank_ = from.local_rank_;
+    local_size_ = from.local_size_;
+    world_rank_ = from.world_rank_;
   }
   ~MpiCommunicator() override {
+    if (comm != MPI_COMM_WORLD && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     if (node_comm != MPI_COMM_NULL) MPI_Comm_free(&node_comm);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -64,6 +77,16 @@ struct MpiCommunicator final : Communicator {
   int local_size() const override { return local_size_; }
   std::string name() const override { return "mpi"; }
 
+  std::unique_ptr<Communicator> split(int color) override {
+    MPI_Comm c = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm, color, rank_, &c), "MPI_Comm_split");
+    auto group = std::make_unique<MpiCommunicator>(c, *this);
+    group->program = program;
+    group->timeout_s = timeout_s;
+    group->parent = this;
+    return group;
+  }
+
   void allreduce_sum(float* buf, size_t n) override { reduce(buf, n, MPI_FLOAT, MPI_SUM); }
   void allreduce_sum(double* buf, size_t n) override { reduce(buf, n, MPI_DOUBLE, MPI_SUM); }
   void allreduce_max(double* buf, size_t n) override { reduce(buf, n, MPI_DOUBLE, MPI_MAX); }
@@ -73,12 +96,14 @@ struct MpiCommunicator final : Communicator {
     // with n == 0. Non-blocking calls completed under a timeout, so a dead peer cannot hang us.
     const size_t chunk = size_t(1) << 30;
     const size_t elem = type == MPI_FLOAT ? 4 : 8;
+    ++allreduce_count;
+    allreduce_bytes += int64_t(n * elem);
     char* p = static_cast<char*>(buf);
     size_t off = 0;
     do {
       const int cnt = int(std::min(chunk, n - off));
       MPI_Request req;
-      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p + off * elem, cnt, type, op, MPI_COMM_WORLD, &req),
+      check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p + off * elem, cnt, type, op, comm, &req),
                 "MPI_Iallreduce");
       complete(&req, "an all-reduce");
       off += chunk;
@@ -88,7 +113,7 @@ struct MpiCommunicator final : Communicator {
   // Waits for req, polling so that a peer that never arrives ends the job after timeout_s.
   void complete(MPI_Request* req, const char* what) {
     const double t0 = now_s();
-    in_collective = true;
+    enter_collective();
     int done = 0;
     for (long spins = 0;; ++spins) {
       check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -99,14 +124,13 @@ struct MpiCommunicator final : Communicator {
         std::snprintf(msg, sizeof msg,
                       "rank %d waited more than %.0f s in %s: another rank is hung or dead "
                       "(see its messages above; --comm-timeout sets the limit)",
-                      rank_, timeout_s, what);
+                      world_rank_, timeout_s, what);
         std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg);
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 4);
       }
     }
-    in_collective = false;
-    collective_seconds += now_s() - t0;
+    leave_collective(now_s() - t0);
   }
 
   Request iallreduce_sum(float* buf, size_t n) override { return start(buf, n, MPI_FLOAT); }
@@ -116,8 +140,10 @@ struct MpiCommunicator final : Communicator {
       reduce(buf, n, type, MPI_SUM);
       return {};
     }
+    ++allreduce_count;
+    allreduce_bytes += int64_t(n * (type == MPI_FLOAT ? 4 : 8));
     MPI_Request req;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), type, MPI_SUM, MPI_COMM_WORLD, &req),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buf, int(n), type, MPI_SUM, comm, &req),
               "MPI_Iallreduce");
     for (size_t i = 0; i < requests.size(); ++i)
       if (requests[i] == MPI_REQUEST_NULL) {
@@ -143,26 +169,27 @@ struct MpiCommunicator final : Communicator {
     for (size_t off = 0; off < bytes || off == 0; off += chunk) {
       const int cnt = int(std::min(chunk, bytes - off));
       MPI_Request req;
-      check_mpi(MPI_Ibcast(p + off, cnt, MPI_BYTE, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+      check_mpi(MPI_Ibcast(p + off, cnt, MPI_BYTE, root, comm, &req), "MPI_Ibcast");
       complete(&req, "a broadcast");
       if (bytes == 0) break;
     }
   }
   void barrier() override {
     MPI_Request req;
-    check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "MPI_Ibarrier");
+    check_mpi(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
     complete(&req, "a barrier");
   }
 
   [[noreturn]] void abort(const std::string& msg, int code) override {
-    if (rank_ == 0) {
+    if (world_rank_ == 0) {
       std::fprintf(stderr, "%s: error: %s\n", program.c_str(), msg.c_str());
       std::fflush(stderr);
     } else {
       // Errors that every rank detects are reported once, by rank 0: give it time to do so
       // before this rank tears the job down; an error of this rank alone is still printed.
       std::this_thread::sleep_for(std::chrono::seconds(3));
-      std::fprintf(stderr, "%s: error on rank %d: %s\n", program.c_str(), rank_, msg.c_str());
+      std::fprintf(stderr, "%s: error on rank %d: %s\n", program.c_str(), world_rank_,
+                   msg.c_str());
       std::fflush(stderr);
     }
     MPI_Abort(MPI_COMM_WORLD, code);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ struct NcclCommunicator final : Communicator {
   std::vector<bool> done_busy;
   cudaEvent_t ready = nullptr;  // the caller's stream reached the bucket
   std::atomic<bool> aborted{false};  // ncclCommAbort was called (by abort(), maybe another thread)
+  // The splits of this communicator (statistics groups): the watchdog asks this one for device
+  // errors and aborts through it, so it answers and aborts for them too.
+  std::mutex splits_mu;
+  std::vector<NcclCommunicator*> splits;
+  NcclCommunicator* split_of = nullptr;
   void* pinned = nullptr;            // staging buffer (fallback only)
   size_t pinned_bytes = 0;
 
@@ -68,7 +74,31 @@ struct NcclCommunicator final : Communicator {
       check(ncclCommSplit(nccl, 0, rank(), &nccl_buckets, nullptr), "ncclCommSplit");
     }
   }
+  // A split of `from` (split()): the host communicator `h` split alike, and NCCL communicators
+  // split from `from`'s with the same color, on the same GPU.
+  NcclCommunicator(std::unique_ptr<Communicator> h, NcclCommunicator& from, int color)
+      : host(std::move(h)) {
+    host->parent = nullptr;  // its time counts through this communicator, into `from`, once
+    timeout_s = from.timeout_s;
+    program = from.program;
+    device = from.device;
+    staged = from.staged;
+    cuda(cudaStreamCreateWithFlags(&bucket_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+    if (!staged) {
+      check(ncclCommSplit(from.nccl, color, from.rank(), &nccl, nullptr), "ncclCommSplit");
+      check(ncclCommSplit(from.nccl_buckets, color, from.rank(), &nccl_buckets, nullptr),
+            "ncclCommSplit");
+    }
+    split_of = &from;
+    std::lock_guard<std::mutex> lock(from.splits_mu);
+    from.splits.push_back(this);
+  }
   ~NcclCommunicator() override {
+    if (split_of) {
+      std::lock_guard<std::mutex> lock(split_of->splits_mu);
+      split_of->splits.erase(std::find(split_of->splits.begin(), split_of->splits.end(), this));
+    }
     if (nccl_buckets && !aborted) ncclCommDestroy(nccl_buckets);
     if (nccl && !aborted) ncclCommDestroy(nccl);
     for (cudaEvent_t e : done) cudaEventDestroy(e);
@@ -114,10 +144,9 @@ struct NcclCommunicator final : Communicator {
   void on_host(F f) {
     sync_host_fields();
     const double before = host->collective_seconds;
-    in_collective = true;
+    enter_collective();
     f();
-    in_collective = false;
-    collective_seconds += host->collective_seconds - before;
+    leave_collective(host->collective_seconds - before);
   }
 
   int rank() const override { return host->rank(); }
@@ -126,13 +155,28 @@ struct NcclCommunicator final : Communicator {
   int local_size() const override { return host->local_size(); }
   std::string name() const override { return staged ? host->name() + "+staged" : "nccl"; }
 
+  std::unique_ptr<Communicator> split(int color) override {
+    std::unique_ptr<Communicator> h;
+    on_host([&] { h = host->split(color); });
+    auto group = std::make_unique<NcclCommunicator>(std::move(h), *this, color);
+    group->parent = this;
+    return group;
+  }
+  void count(size_t bytes) {
+    ++allreduce_count;
+    allreduce_bytes += int64_t(bytes);
+  }
+
   void allreduce_sum(float* buf, size_t n) override {
+    count(n * sizeof(float));
     on_host([&] { host->allreduce_sum(buf, n); });
   }
   void allreduce_sum(double* buf, size_t n) override {
+    count(n * sizeof(double));
     on_host([&] { host->allreduce_sum(buf, n); });
   }
   void allreduce_max(double* buf, size_t n) override {
+    count(n * sizeof(double));
     on_host([&] { host->allreduce_max(buf, n); });
   }
   void broadcast(void* buf, size_t bytes, int root) override {
@@ -141,8 +185,14 @@ struct NcclCommunicator final : Communicator {
   void barrier() override {
     on_host([&] { host->barrier(); });
   }
-  Request iallreduce_sum(float* buf, size_t n) override { return host->iallreduce_sum(buf, n); }
-  Request iallreduce_sum(double* buf, size_t n) override { return host->iallreduce_sum(buf, n); }
+  Request iallreduce_sum(float* buf, size_t n) override {
+    count(n * sizeof(float));
+    return host->iallreduce_sum(buf, n);
+  }
+  Request iallreduce_sum(double* buf, size_t n) override {
+    count(n * sizeof(double));
+    return host->iallreduce_sum(buf, n);
+  }
   bool test(Request r) override { return host->test(r); }
   void wait(Request r) override {
     on_host([&] { host->wait(r); });
@@ -150,18 +200,31 @@ struct NcclCommunicator final : Communicator {
   // Called by the watchdog thread too: aborting the NCCL communicator first ends the collectives
   // that a dead or hung peer would keep spinning on the GPU, so that the process can exit.
   [[noreturn]] void abort(const std::string& msg, int code) override {
+    abort_device_comms();
+    host->abort(msg, code);
+    std::_Exit(code);  // not reached: host->abort ends the job
+  }
+
+  void abort_device_comms() {
+    {
+      std::lock_guard<std::mutex> lock(splits_mu);
+      for (NcclCommunicator* g : splits) g->abort_device_comms();
+    }
     if (nccl && !aborted.exchange(true)) {
       if (nccl_buckets) ncclCommAbort(nccl_buckets);
       ncclCommAbort(nccl);
     }
-    host->abort(msg, code);
-    std::_Exit(code);  // not reached: host->abort ends the job
   }
 
   // ---- device sums ----------------------------------------------------------------------------
   bool device_collectives() const override { return true; }
 
   std::string device_error() override {
+    {
+      std::lock_guard<std::mutex> lock(splits_mu);
+      for (NcclCommunicator* g : splits)
+        if (std::string e = g->device_error(); !e.empty()) return e;
+    }
     if (!nccl || aborted) return "";
     for (ncclComm_t c : {nccl, nccl_buckets}) {
       ncclResult_t async = ncclSuccess;
@@ -191,6 +254,7 @@ struct NcclCommunicator final : Communicator {
   }
   template <class T>
   void device_sum(T* buf, size_t n, cudaStream_t s, ncclDataType_t type) {
+    count(n * sizeof(T));
     if (n == 0) return;
     if (staged) return staged_sum(buf, n, s);
     check(ncclAllReduce(buf, buf, n, type, ncclSum, nccl, s), "ncclAllReduce");
@@ -216,6 +280,7 @@ struct NcclCommunicator final : Communicator {
       done.push_back(e);
       done_busy.push_back(false);
     }
+    count(n * sizeof(float));
     cuda(cudaEventRecord(ready, s), "cudaEventRecord");
     cuda(cudaStreamWaitEvent(bucket_stream, ready, 0), "cudaStreamWaitEvent");
     check(ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, nccl_buckets, bucket_stream),

@@ -6,6 +6,9 @@
 // current. Statistics sums run on the caller's stream (allreduce_sum_device); gradient buckets
 // on the communicator's own stream through a second NCCL communicator split from the first,
 // ordered by events (iallreduce_sum_device / wait_device).
+// split(color) (the statistics groups of --sync-group-size) splits the host communicator and both
+// NCCL communicators (ncclCommSplit) alike; the split's host time counts in this communicator,
+// whose device_error() and abort() also cover its live splits (the watchdog knows only this one).
 // When two ranks share one GPU (NCCL refuses a communicator with two ranks on one device),
 // found by comparing device UUIDs across ranks, device sums fall back to copying through pinned
 // host memory and the host communicator, with a warning: correct, not fast.

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
@@ -20,6 +21,13 @@ struct SingleCommunicator : Communicator {
   void allreduce_max(double*, size_t) override {}
   void broadcast(void*, size_t, int) override {}
   void barrier() override {}
+  std::unique_ptr<Communicator> split(int) override {
+    auto c = std::make_unique<SingleCommunicator>();
+    c->program = program;
+    c->timeout_s = timeout_s;
+    c->parent = this;
+    return c;
+  }
   Request iallreduce_sum(float*, size_t) override { return {}; }
   Request iallreduce_sum(double*, size_t) override { return {}; }
   bool test(Request) override { return true; }

@@ -18,7 +18,12 @@ Writes OUT/bench.csv (rewritten by every run), one log per run (OUT/<mode>_<norm
 and, when matplotlib is installed, OUT/bench.png: per mode, tokens/s and efficiency over ranks
 (one line per norm; hollow markers are oversubscribed) and the stacked time split per run.
 
+Synchronized norms run once per sync group size of --group-sizes (a list of numbers and `world`,
+default `world`: every rank in one group) that divides R (--sync-group-size; the CSV's
+sync_group_size column, with the statistics all-reduces' count and bytes per update).
+
 Usage: bench.py --pnbench BUILD/bin/pnbench [--ranks 1,2,4] [--norms layer,sync_batch,power]
+                [--group-sizes 1,2,world]
                 [--modes strong,weak] [--tokens 2048] [--warmup 3] [--measure 10]
                 [--config configs/default.ini] [--out DIR] [--mpirun-args ARGS]
                 [-- extra pntrain flags]
@@ -64,6 +69,25 @@ def num(text):
         return float("nan")
 
 
+def series(row):
+    """The plot's name of a row: the norm, and for a synchronized norm its sync group size."""
+    norm = row["norm"]
+    if not norm.startswith("sync_") or not row.get("sync_group_size"):
+        return norm
+    k = row["sync_group_size"]
+    return "%s K=%s" % (norm, "world" if k == row["ranks"] else k)
+
+
+def group_sizes(spec, ranks):
+    """The distinct sync group sizes of --group-sizes that divide `ranks` (`world` = ranks)."""
+    out = []
+    for item in spec.split(","):
+        k = ranks if item == "world" else int(item)
+        if ranks % k == 0 and k not in out:
+            out.append(k)
+    return out
+
+
 def write_png(rows, path):
     try:
         import matplotlib
@@ -76,9 +100,9 @@ def write_png(rows, path):
     for row_axes, mode in zip(axes, modes):
         mine = [r for r in rows if r["mode"] == mode]
         ax_tps, ax_eff, ax_split = row_axes
-        for norm in dict.fromkeys(r["norm"] for r in mine):
+        for norm in dict.fromkeys(series(r) for r in mine):
             pts = sorted((int(r["ranks"]), num(r["tokens_per_s"]), num(r["efficiency"]),
-                          r["oversubscribed"] == "1") for r in mine if r["norm"] == norm)
+                          r["oversubscribed"] == "1") for r in mine if series(r) == norm)
             xs = [p[0] for p in pts]
             line, = ax_tps.plot(xs, [p[1] for p in pts], marker="o", label=norm)
             ax_eff.plot(xs, [p[2] for p in pts], marker="o", color=line.get_color(), label=norm)
@@ -99,7 +123,7 @@ def write_png(rows, path):
         ax_tps.set_title("%s scaling (hollow: oversubscribed, not a scaling figure)" % mode,
                          fontsize=9)
         ax_eff.set_title("%s scaling efficiency" % mode, fontsize=9)
-        labels = ["%s\n%s" % (r["norm"], r["ranks"]) for r in mine]
+        labels = ["%s\n%s" % (series(r), r["ranks"]) for r in mine]
         bottom = [0.0] * len(mine)
         for col, label in SPLIT:
             vals = [max(0.0, num(r[col])) for r in mine]  # 'other' can be a hair negative
@@ -128,6 +152,9 @@ def main():
     p.add_argument("--ranks", default="1,2,4", help="rank counts (1 is added when missing)")
     p.add_argument("--norms", default="layer,sync_batch,power",
                    help="norms, comma-separated (%s)" % ", ".join(NORMS))
+    p.add_argument("--group-sizes", default="world",
+                   help="sync group sizes of the synchronized norms: numbers and 'world' (all "
+                        "ranks); those that do not divide a rank count are skipped there")
     p.add_argument("--modes", default="strong,weak", help="strong, weak or both")
     p.add_argument("--tokens", type=int, default=2048,
                    help="tokens per micro-step: over all ranks (strong) or per rank (weak)")
@@ -156,6 +183,9 @@ def main():
     for n in norms:
         if n not in NORMS:
             die("unknown norm '%s' in --norms: choose from %s" % (n, ", ".join(NORMS)))
+    for item in a.group_sizes.split(","):
+        if item != "world" and not (item.isdigit() and int(item) > 0):
+            die("--group-sizes: '%s' is neither a positive number nor 'world'" % item)
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
         if m not in ("strong", "weak"):
@@ -182,12 +212,16 @@ def main():
     failed = []
     for mode in modes:
         for norm in norms:
-            for r in ranks:
+            for r, k in [(r, k) for r in ranks
+                         for k in (group_sizes(a.group_sizes, r) if norm.startswith("sync_")
+                                   else [None])]:
                 cmd = mpirun_cmd(r, a.cores, a.mpirun_args) + [
                     a.pnbench, "--mode", mode, "--tokens", str(a.tokens), "--warmup",
                     str(a.warmup), "--measure", str(a.measure), "--csv", csv_path, "--config",
-                    a.config, "--norm", norm] + extra
-                log = os.path.join(a.out, "%s_%s_np%d.log" % (mode, norm, r))
+                    a.config, "--norm", norm] + \
+                    (["--sync-group-size", str(k)] if k else []) + extra
+                log = os.path.join(a.out, "%s_%s_np%d%s.log" % (mode, norm, r,
+                                                                "_k%d" % k if k else ""))
                 with open(log, "w") as f:
                     f.write(" ".join(cmd) + "\n")
                     f.flush()

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +40,8 @@ struct BenchOptions {
   int measure = 10;             // updates whose medians are reported
   std::string csv;              // appended to; the header is written when the file is new
   bool verbose = false;         // pntrain's progress lines and model summary
+  bool predict = false;         // measure all-reduce cost over message sizes instead of training
+  std::string predict_out = "pnbench_predict";  // where --predict writes and reads its CSVs
 };
 
 // Column order of the CSV; bench.py and the README name the same columns.
@@ -45,7 +49,8 @@ const std::vector<std::string> kColumns = {
     "norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
     "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
     "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
-    "optimizer_ms", "other_ms", "note"};
+    "optimizer_ms", "other_ms", "sync_group_size", "stats_allreduces_per_update",
+    "stats_bytes_per_update", "grad_allreduce_ms", "note"};
 
 const char* kUsage =
     "pnbench: one point of a strong or weak scaling benchmark of pntrain\n\n"
@@ -69,7 +74,12 @@ const char* kUsage =
     "compute_ms (forward + backward minus the statistics all-reduces), stats_allreduce_ms\n"
     "(the all-reduces of synchronized norms), grad_allreduce_exposed_ms (the gradient\n"
     "all-reduce time not hidden behind the backward), optimizer_ms, other_ms (update_ms minus\n"
-    "the four parts: batching, gradient zeroing), note.\n\n"
+    "the four parts: batching, gradient zeroing), sync_group_size (ranks per statistics group,\n"
+    "--sync-group-size), stats_allreduces_per_update and stats_bytes_per_update (the\n"
+    "synchronized norms' all-reduces of one update on rank 0 and the bytes it summed in them;\n"
+    "0 without synchronized norms or at one rank), grad_allreduce_ms (the gradient all-reduce\n"
+    "measured alone after the run: the same buckets, blocking, median of 5; its exposed part\n"
+    "above is what the overlap leaves), note.\n\n"
     "Run `launcher/pn bench --help` for the driver that loops over norms and rank counts.\n\n"
     "pnbench options";
 
@@ -85,7 +95,17 @@ po::options_description describe(BenchOptions& b) {
       "measure", po::value(&b.measure)->default_value(b.measure),
       "updates whose medians are reported")("csv", po::value(&b.csv),
                                             "CSV file to append the row to (rank 0)")(
-      "verbose", po::bool_switch(&b.verbose), "print pntrain's model summary and progress lines");
+      "verbose", po::bool_switch(&b.verbose), "print pntrain's model summary and progress lines")(
+      "predict", po::bool_switch(&b.predict),
+      "no training: time the all-reduce of this job's sync groups (--sync-group-size; the "
+      "statistics' path: blocking, host memory) over message sizes from 8 bytes to the gradient "
+      "bucket (--bucket-mb), and one update's statistics all-reduces of the --norm* model "
+      "replayed; append them to PREDICT_OUT/allreduce.csv and replay.csv, then run "
+      "launcher/predict.py: the alpha-beta fit per job and group size, its check against the "
+      "replay and against the statistics time of --csv's rows, and the predicted share of an "
+      "update at 8 to 1024 GPUs (table and PNG)")(
+      "predict-out", po::value(&b.predict_out)->default_value(b.predict_out),
+      "directory of --predict's CSVs and plot");
   return d;
 }
 
@@ -204,6 +224,157 @@ void append_row(const std::string& csv, const std::vector<std::string>& row) {
   out << join(row, ',') << '\n';
 }
 
+// The gradient all-reduce alone: the trainer's buckets of the n-float gradient (bucket_mb MB;
+// 0: one), summed over every rank one after the other, blocking, in host memory (also for a
+// GPU run: the host path of the communicator); the median of 5 after one warm-up. 0 at one rank.
+double time_gradient_allreduce(pn::Communicator& comm, size_t n, double bucket_mb) {
+  if (comm.size() == 1) return 0;
+  const size_t per = bucket_mb > 0 ? std::max<size_t>(1, size_t(bucket_mb * 262144.0)) : n;
+  std::vector<float> grad(n, 1.0f);
+  std::vector<double> times;
+  for (int rep = 0; rep < 6; ++rep) {
+    comm.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t begin = 0; begin < n; begin += per)
+      comm.allreduce_sum(grad.data() + begin, std::min(per, n - begin));
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    comm.allreduce_max(&s, 1);  // the slowest rank's
+    if (rep > 0) times.push_back(s);
+  }
+  return median(times);
+}
+
+// --predict timings on a machine shared with other work: each rank times every call on its own,
+// and a timing is the slowest rank's 20th percentile, the cost when the ranks run rather than
+// wait for the scheduler (the median of such a machine measures its other users).
+double low_quantile(std::vector<double> v, pn::Communicator& comm) {
+  std::sort(v.begin(), v.end());
+  double q = v[v.size() / 5];
+  comm.allreduce_max(&q, 1);
+  return q;
+}
+
+// --predict: seconds per all-reduce of each message size within this rank's sync group
+// (Communicator::allreduce_sum of doubles, the statistics' path), after a few warm-up calls.
+std::vector<std::pair<size_t, double>> sweep_allreduce(pn::Communicator& comm,
+                                                       pn::Communicator& group, size_t max_bytes) {
+  std::vector<size_t> sizes;
+  for (size_t b = 8; b < max_bytes; b *= 4) sizes.push_back(b);
+  sizes.push_back(max_bytes);
+  std::vector<std::pair<size_t, double>> out;
+  for (size_t bytes : sizes) {
+    std::vector<double> buf(std::max<size_t>(1, bytes / 8), 1.0);
+    const int calls = bytes <= 65536 ? 200 : bytes <= (1 << 20) ? 40 : 15;
+    for (int i = 0; i < 3; ++i) group.allreduce_sum(buf.data(), buf.size());
+    comm.barrier();
+    std::vector<double> per_call;
+    for (int i = 0; i < calls; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      group.allreduce_sum(buf.data(), buf.size());
+      per_call.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    out.emplace_back(buf.size() * 8, low_quantile(per_call, comm));
+  }
+  return out;
+}
+
+// --predict: the statistics all-reduces of one update of the language model that `opt` describes
+// (its sync_* places; one micro-step per update), replayed back to back over this job's sync
+// groups, as pntrain packs them: sync_batch [count | sum x | sum x^2] then [sum dy | sum dy x],
+// sync_power_v and sync_power [count | sum x^2] then [sum g xh]. Seconds per update (60
+// replays, low_quantile as the sweep) and the message count and bytes; zeros without
+// synchronized norms.
+struct Replay {
+  int messages = 0;
+  size_t bytes = 0;
+  double seconds = 0;
+};
+Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
+                         const pn::Options& opt) {
+  const int d = opt.decoder_embed_dim;
+  std::vector<size_t> doubles;
+  for (int l = 0; l <= opt.decoder_layers; ++l)
+    for (const std::string& kind : l < opt.decoder_layers
+                                       ? std::vector<std::string>{opt.norm_self, opt.norm_ff}
+                                       : std::vector<std::string>{opt.norm_final}) {
+      if (kind == "sync_batch") doubles.insert(doubles.end(), {size_t(1 + 2 * d), size_t(2 * d)});
+      if (kind == "sync_power_v" || kind == "sync_power")
+        doubles.insert(doubles.end(), {size_t(1 + d), size_t(d)});
+    }
+  Replay r;
+  r.messages = int(doubles.size());
+  for (size_t n : doubles) r.bytes += 8 * n;
+  if (doubles.empty()) return r;
+  std::vector<double> buf(2 * size_t(d) + 1, 1.0);
+  std::vector<double> times;
+  comm.barrier();
+  for (int rep = 0; rep < 63; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t n : doubles) group.allreduce_sum(buf.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep >= 3) times.push_back(s);
+  }
+  r.seconds = low_quantile(times, comm);
+  return r;
+}
+
+int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string& csv,
+                pn::Communicator& comm) {
+  const size_t max_bytes = size_t(std::max(1.0, opt.bucket_mb * 1048576.0));
+  // Over the sync groups of this job (--sync-group-size; all ranks by default): the
+  // communicator, and the company of other ranks, that the statistics all-reduces have.
+  std::unique_ptr<pn::Communicator> group = pn::make_group_communicator(comm, opt.sync_group_size);
+  const auto sweep = sweep_allreduce(comm, *group, max_bytes);
+  const Replay replay = replay_statistics(comm, *group, opt);
+  const int K = group->size();
+  if (comm.rank() != 0) return 0;
+  namespace fs = std::filesystem;
+  fs::create_directories(b.predict_out);
+  const std::string path = (fs::path(b.predict_out) / "allreduce.csv").string();
+  const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw std::runtime_error("cannot write '" + path + "': check --predict-out");
+  if (fresh) out << "ranks,sync_group_size,bytes,seconds,oversubscribed\n";
+  const int cores = pn::hardware_cores();
+  for (const auto& [bytes, secs] : sweep) {
+    out << comm.size() << ',' << K << ',' << bytes << ',' << secs << ','
+        << (comm.local_size() > cores) << '\n';
+    std::printf("pnbench | predict | %d ranks in groups of %d | all-reduce of %zu bytes: %.2f us\n",
+                comm.size(), K, bytes, 1e6 * secs);
+  }
+  out.close();
+  if (replay.messages > 0) {
+    const std::string rpath = (fs::path(b.predict_out) / "replay.csv").string();
+    const bool rfresh = !fs::exists(rpath) || fs::file_size(rpath) == 0;
+    std::ofstream rout(rpath, std::ios::app);
+    if (!rout) throw std::runtime_error("cannot write '" + rpath + "': check --predict-out");
+    if (rfresh) rout << "norm,ranks,sync_group_size,messages,bytes,seconds,oversubscribed\n";
+    rout << norm_label(opt) << ',' << comm.size() << ',' << K
+         << ',' << replay.messages << ',' << replay.bytes << ',' << replay.seconds << ','
+         << (comm.local_size() > cores) << '\n';
+    std::printf("pnbench | predict | %d ranks | %s statistics of one update replayed in sync "
+                "groups of %d: %d all-reduces, %zu bytes, %.3f ms\n",
+                comm.size(), norm_label(opt).c_str(), K,
+                replay.messages, replay.bytes, 1e3 * replay.seconds);
+  }
+  // The fit, the check and the scale-out table: launcher/predict.py (matplotlib for the plot).
+  const fs::path helper = fs::path(PN_SOURCE_DIR) / "launcher" / "predict.py";
+  if (!fs::exists(helper)) {
+    std::printf("pnbench | predict | %s is missing: wrote %s only\n", helper.string().c_str(),
+                path.c_str());
+    return 0;
+  }
+  const char* python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  std::string cmd = std::string(python) + " '" + helper.string() + "' --sweep '" + path +
+                    "' --out '" + b.predict_out + "'";
+  if (!csv.empty()) cmd += " --bench '" + csv + "'";
+  std::fflush(stdout);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) throw std::runtime_error("launcher/predict.py failed (exit " + std::to_string(rc) + ")");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,6 +421,7 @@ int main(int argc, char** argv) {
     std::string unused_help;
     pn::parse_options(int(train_argv.size()), train_argv.data(), &opt, &unused_help);
     const int R = comm->size();
+    if (b.predict) return run_predict(b, opt, b.csv, *comm);
     if (b.mode == "strong" && b.tokens % R != 0)
       throw std::invalid_argument("--tokens " + std::to_string(b.tokens) + " (strong scaling) " +
                                   "is not divisible by " + std::to_string(R) +
@@ -272,6 +444,8 @@ int main(int argc, char** argv) {
                      ("pnbench." + std::to_string(getpid()) + ".jsonl"))
                         .string();
     pn::validate_options(opt);
+    if (const std::string e = pn::sync_group_error(opt.sync_group_size, R); !e.empty())
+      throw std::invalid_argument(e);
     if (b.verbose && comm->rank() == 0) FLAGS_minloglevel = 0;
 
     const int cores = pn::hardware_cores();
@@ -288,12 +462,18 @@ int main(int argc, char** argv) {
     if (R > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
+    double stats_per_update = 0, stats_bytes_per_update = 0, grad_allreduce_s = 0;
     {
       pn::DeviceScope scope(device, comm->local_rank(), pn::parse_gemm_math(opt.precision));
       if (comm->rank() == 0 && device != pn::Device::CPU)
         std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));
       trainer.train();
+      const pn::Communicator& stats = trainer.stats_communicator();
+      const bool counted = &stats != comm.get();  // one rank: no statistics all-reduce at all
+      stats_per_update = counted ? double(stats.allreduce_count) / opt.max_update : 0;
+      stats_bytes_per_update = counted ? double(stats.allreduce_bytes) / opt.max_update : 0;
+      grad_allreduce_s = time_gradient_allreduce(*comm, trainer.params().size(), opt.bucket_mb);
     }  // the trainer closes the metrics file
     if (comm->rank() == 0) {
       const Medians m = read_medians(opt.metrics, b.warmup + 1);
@@ -319,12 +499,14 @@ int main(int argc, char** argv) {
       std::printf("pnbench | %s | %s | %s | %d ranks x %d threads | %.0f tokens/update | %.0f tok/s "
                   "| speedup %s | efficiency %s | update %.2f ms = compute %.2f + stats "
                   "all-reduce %.2f + grad all-reduce exposed %.2f + optimizer %.2f + other "
-                  "%.2f%s\n",
+                  "%.2f | sync group %d: %.0f stats all-reduces, %.0f bytes per update | grad "
+                  "all-reduce alone %.2f ms%s\n",
                   norm.c_str(), device_label.c_str(), b.mode.c_str(), R, threads, m.ntokens, m.tokens_per_s,
                   std::isfinite(speedup) ? fixed(speedup, 3).c_str() : "n/a",
                   std::isfinite(efficiency) ? fixed(efficiency, 3).c_str() : "n/a",
                   1e3 * m.update_s, 1e3 * m.compute_s, 1e3 * m.stats_s, 1e3 * m.grad_s,
-                  1e3 * m.optimizer_s, 1e3 * m.other_s,
+                  1e3 * m.optimizer_s, 1e3 * m.other_s, pn::sync_group_ranks(opt, R),
+                  stats_per_update, stats_bytes_per_update, 1e3 * grad_allreduce_s,
                   oversubscribed ? " | OVERSUBSCRIBED" : "");
       if (!b.csv.empty())
         append_row(b.csv,
@@ -335,7 +517,9 @@ int main(int argc, char** argv) {
                     fixed(m.tokens_per_s, 1), fixed(speedup, 4), fixed(efficiency, 4), fixed(1e3 * m.update_s, 3),
                     fixed(1e3 * m.compute_s, 3), fixed(1e3 * m.stats_s, 3),
                     fixed(1e3 * m.grad_s, 3), fixed(1e3 * m.optimizer_s, 3),
-                    fixed(1e3 * m.other_s, 3), note});
+                    fixed(1e3 * m.other_s, 3), std::to_string(pn::sync_group_ranks(opt, R)),
+                    fixed(stats_per_update, 1), fixed(stats_bytes_per_update, 0),
+                    fixed(1e3 * grad_allreduce_s, 3), note});
     }
   } catch (const std::exception& e) {
     comm->abort(e.what(), 2);

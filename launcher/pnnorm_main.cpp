@@ -3,7 +3,8 @@
 // then inference on X[T-1]. Under mpirun -np R, rank r takes rows [floor(r N/R),
 // floor((r+1) N/R)) of every iteration; rank 0 writes y, dx, y_eval in the original row order
 // (gathered by an all-reduce of zero-padded buffers) and dgamma/dbeta summed over ranks; every
-// rank writes its own running state under DIR/state/rank<r>/.
+// rank writes its own running state under DIR/state/rank<r>/. With --sync-group-size K the
+// sync_* norms reduce their statistics within groups of K consecutive ranks.
 #include <boost/program_options.hpp>
 #include <filesystem>
 #include <iostream>
@@ -29,6 +30,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 int run(int argc, char** argv, pn::Communicator& comm) {
   pn::NormOptions o;
   std::string x_path, dy_path, mask_path, gamma_path, beta_path, out, device_name = "cpu";
+  int sync_group_size = 0;
   po::options_description desc(
       "pnnorm: run one norm layer on .npy data (SPEC section 7)\n"
       "  pnnorm --norm NAME --x X.npy --dy DY.npy [--mask M.npy] --out DIR\n"
@@ -56,6 +58,9 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
     ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
      "pre-scaling groups before batch-type norms (0: off)")
+    ("sync-group-size", po::value(&sync_group_size),
+     "sync_* norms reduce their statistics within groups of this many consecutive ranks (a "
+     "divisor of the world size; default: all ranks)")
     ("device", po::value(&device_name)->default_value(device_name),
      "cpu, cuda (the rank's node-local GPU) or sim (the CPU stand-in for a GPU)")
     ("out", po::value(&out)->required(), "output directory");
@@ -99,11 +104,18 @@ int run(int argc, char** argv, pn::Communicator& comm) {
                                   shape_str({T, N}));
   }
   const bool has_beta = o.kind != "rms";
+  // The statistics group: a split when --sync-group-size is given, the job's communicator
+  // itself otherwise (the path that runs without the flag).
+  if (const std::string e = pn::sync_group_error(sync_group_size, comm.size()); !e.empty())
+    throw std::invalid_argument(e);
+  std::unique_ptr<pn::Communicator> group;
+  if (vm.count("sync-group-size")) group = pn::make_group_communicator(comm, sync_group_size);
+  pn::Communicator& stats_comm = group ? *group : comm;
 
   // The layer and its data live on the device; the results come back to the host at the end.
   pn::DeviceScope scope(pn::resolve_device(device_name, false), comm.local_rank());
   pn::ParamStore<float> store;
-  auto norm = pn::make_norm<float>(o, int(d), store, "norm", &comm);
+  auto norm = pn::make_norm<float>(o, int(d), store, "norm", &stats_comm);
   store.allocate(0);
   auto load_param = [&](const std::string& path, int idx, const char* what) {
     if (path.empty()) return;

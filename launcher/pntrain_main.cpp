@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
                                     "a --save-dir that holds one");
       }
       pn::validate_options(opt);
+      if (const std::string e = pn::sync_group_error(opt.sync_group_size, comm->size());
+          !e.empty())
+        throw std::invalid_argument(e);
       pn::set_log_format(opt.log_format);
       if (!opt.save_dir.empty() && !opt.eval_only) pn::check_writable_dir(opt.save_dir, comm->rank());
       const int threads =

@@ -101,6 +101,39 @@ TEST(Flags, HelpShowsDefaultsAsWrittenAndChoices) {
             std::string::npos);
 }
 
+TEST(Flags, StatisticsBatchFollowsRanksSyncGroupsAndGhostGroups) {
+  Options o;
+  o.max_tokens = 2048;
+  EXPECT_EQ(statistics_batch_tokens(o, "sync_batch", 4), 8192);   // all 4 ranks
+  EXPECT_EQ(statistics_batch_tokens(o, "batch", 4), 2048);         // the rank's own
+  EXPECT_EQ(statistics_batch_tokens(o, "layer", 4), 0);            // no batch statistics
+  o.sync_group_size = 2;
+  EXPECT_EQ(statistics_batch_tokens(o, "sync_power", 4), 4096);
+  EXPECT_EQ(statistics_batch_tokens(o, "power", 4), 2048);
+  o.tokens_per_sample = 64;
+  o.stats_batch_tokens = 512;  // 4 ghost groups
+  EXPECT_EQ(statistics_batch_tokens(o, "sync_power_v", 4), 1024);
+  EXPECT_EQ(statistics_batch_tokens(o, "batch", 4), 512);
+}
+
+TEST(Flags, SyncGroupSizeMustDivideTheWorld) {
+  EXPECT_EQ(sync_group_error(0, 4), "");
+  EXPECT_EQ(sync_group_error(2, 4), "");
+  EXPECT_EQ(sync_group_error(4, 4), "");
+  const std::string e = sync_group_error(3, 4);
+  EXPECT_NE(e.find("--sync-group-size 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("world size 4"), std::string::npos) << e;
+  EXPECT_NE(e.find("1, 2, 4"), std::string::npos) << e;
+  EXPECT_NE(sync_group_error(8, 4), "");
+  // At one process the group is the process: K = 1 only (0: the default).
+  auto single = make_single_communicator();
+  EXPECT_EQ(make_group_communicator(*single, 0)->size(), 1);
+  EXPECT_THROW(make_group_communicator(*single, 2), std::invalid_argument);
+  Options bad;
+  bad.sync_group_size = -1;
+  EXPECT_THROW(validate_options(bad), std::invalid_argument);
+}
+
 TEST(Schedule, CosineAgainstValuesByHand) {
   Schedule s;
   s.scheduler = "cosine";

@@ -229,7 +229,13 @@ po::options_description describe(Options& o) {
     ("patience", dflt(&o.patience),
      "stop after N validations without improvement (0: off)")
     ("pn-eval-state", dflt(&o.pn_eval_state),
-     choices("rank-local norm state used for evaluation (mean: over ranks)", kEvalStates));
+     choices("rank-local norm state used for evaluation: rank 0's (with --sync-group-size, "
+             "that of the first sync group), or the mean over ranks (the mean of the sync "
+             "groups' states)", kEvalStates))
+    ("sync-group-size", dflt(&o.sync_group_size),
+     "synchronized norms (sync_*) all-reduce their statistics within groups of this many "
+     "consecutive ranks, a divisor of the world size (1: each rank alone, as the local twin; "
+     "0: one group of all ranks); the gradient all-reduce stays over all ranks");
 
   po::options_description mt("Translation (--arch transformer; sizes of the decoder: --decoder-*)");
   mt.add_options()
@@ -611,6 +617,8 @@ void validate_options(const Options& o) {
   if (o.max_update < 0) fail("--max-update must be >= 0");
   if (o.norm_eps <= 0) fail("--norm-eps must be positive");
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
+  if (o.sync_group_size < 0)
+    fail("--sync-group-size must be >= 0 (0: one group of all ranks)");
   if (o.pn_variant != "paper" && o.pn_variant != "authors")
     fail("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
   if (o.pn_warmup_psi != "cumulative" && o.pn_warmup_psi != "ema")
@@ -676,6 +684,18 @@ NormOptions norm_options(const Options& o, const std::string& place) {
 int stats_groups_per_micro_step(const Options& o) {
   if (o.stats_batch_tokens <= 0) return 1;
   return o.max_tokens / o.stats_batch_tokens;  // validate_options: it divides
+}
+
+int sync_group_ranks(const Options& o, int world_size) {
+  return o.sync_group_size > 0 ? o.sync_group_size : world_size;
+}
+
+double statistics_batch_tokens(const Options& o, const std::string& norm_kind, int world_size) {
+  const bool local = norm_kind == "batch" || norm_kind == "power_v" || norm_kind == "power";
+  const bool synced = norm_kind.rfind("sync_", 0) == 0;
+  if (!local && !synced) return 0;
+  const double ranks = synced ? sync_group_ranks(o, world_size) : 1;
+  return double(o.max_tokens) * ranks / stats_groups_per_micro_step(o);
 }
 
 }  // namespace pn

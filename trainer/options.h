@@ -57,6 +57,7 @@ struct Options {
   bool eval_only = false;
   int patience = 0;               // stop after N validations without improvement (0: off)
   std::string pn_eval_state = "rank0";  // rank-local norm state used in evaluation: rank0|mean
+  int sync_group_size = 0;  // ranks per statistics group of the sync_* norms (0: every rank)
   // translation: --arch transformer; --data holds <split>.<lang> files
   std::string arch = "transformer_lm";  // transformer_lm | transformer
   std::string source_lang = "de", target_lang = "en";
@@ -126,5 +127,11 @@ std::string nearest_flag(const std::string& unknown);
 NormOptions norm_options(const Options& o, const std::string& kind);
 // Statistics batches of a batch-type norm per rank and micro-step: 1, or the ghost groups.
 int stats_groups_per_micro_step(const Options& o);
+// Ranks whose statistics a synchronized norm shares: --sync-group-size, or the world size.
+int sync_group_ranks(const Options& o, int world_size);
+// Tokens in one statistics batch of the place's norm ("self", "ff", "final"), on average:
+// --max-tokens per rank, times the ranks of a sync group for a synchronized norm, divided by
+// the ghost groups (--stats-batch-tokens). 0 for norms without batch statistics.
+double statistics_batch_tokens(const Options& o, const std::string& norm_kind, int world_size);
 
 }  // namespace pn

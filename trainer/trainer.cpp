@@ -97,8 +97,9 @@ Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
     comm_.timeout_s = opt_.comm_timeout + 10;
     watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
   }
+  make_stats_communicator();
   model_ = std::make_unique<LanguageModel<float>>(model_config(opt_, corpus_.vocab.size()),
-                                                  opt_.seed, &comm_);
+                                                  opt_.seed, &stats_communicator());
   setup();
 }
 
@@ -108,10 +109,17 @@ Trainer::Trainer(const Options& options, Communicator& comm, ParallelCorpus corp
     comm_.timeout_s = opt_.comm_timeout + 10;
     watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
   }
+  make_stats_communicator();
   mt_ = std::make_unique<TranslationModel<float>>(
       translation_config(opt_, parallel_.src_vocab.size(), parallel_.tgt_vocab.size()), opt_.seed,
-      &comm_);
+      &stats_communicator());
   setup();
+}
+
+void Trainer::make_stats_communicator() {
+  // Synchronized norms reduce their statistics within groups of --sync-group-size ranks (all
+  // ranks by default); a split of its own even then, so that its counts are the statistics'.
+  if (comm_.size() > 1) stats_comm_ = make_group_communicator(comm_, opt_.sync_group_size);
 }
 
 void Trainer::setup() {
@@ -161,7 +169,7 @@ void Trainer::setup() {
       throw std::runtime_error("cannot write the metrics file '" + opt_.metrics +
                                "': check that its directory exists and is writable");
   }
-  if (comm_.rank() == 0) log_model_summary();
+  if (comm_.rank() == 0) log_model_summary(), log_statistics_batches();
 }
 
 void Trainer::log_model_summary() {
@@ -199,6 +207,37 @@ void Trainer::log_model_summary() {
   LOG(INFO) << "ranks " << comm_.size() << " (" << comm_.name() << "), threads per rank "
             << num_threads() << ", tokens per update "
             << int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq;
+}
+
+void Trainer::log_statistics_batches() {
+  // The statistics batch of the paper's Figure 5, per batch-type norm place: what one set of
+  // batch statistics averages over, given the ranks' shares, the sync groups and ghost groups.
+  const std::vector<std::pair<std::string, std::string>> places =
+      mt_ ? std::vector<std::pair<std::string, std::string>>{
+                {"encoder self", opt_.encoder_norm_self}, {"encoder ff", opt_.encoder_norm_ff},
+                {"encoder final", opt_.encoder_norm_final}, {"decoder self", opt_.decoder_norm_self},
+                {"decoder cross", opt_.decoder_norm_cross}, {"decoder ff", opt_.decoder_norm_ff},
+                {"decoder final", opt_.decoder_norm_final}}
+          : std::vector<std::pair<std::string, std::string>>{
+                {"self", opt_.norm_self}, {"ff", opt_.norm_ff}, {"final", opt_.norm_final}};
+  std::ostringstream line;
+  for (const auto& [place, kind] : places) {
+    const double tokens = statistics_batch_tokens(opt_, kind, comm_.size());
+    if (tokens <= 0) continue;
+    line << (line.tellp() > 0 ? ", " : "") << place << " " << kind << " "
+         << int64_t(std::llround(tokens));
+  }
+  if (line.tellp() == 0) return;
+  const bool synced = line.str().find("sync_") != std::string::npos;
+  LOG(INFO) << "statistics batch (tokens per set of batch statistics"
+            << (mt_ ? ", padding included" : "") << "): " << line.str() << " = --max-tokens "
+            << opt_.max_tokens
+            << (synced ? " x sync group of " + std::to_string(sync_group_ranks(opt_, comm_.size())) +
+                             " rank(s) (sync_* only)"
+                       : std::string())
+            << (opt_.stats_batch_tokens > 0
+                    ? " / " + std::to_string(stats_groups_per_micro_step(opt_)) + " ghost groups"
+                    : std::string());
 }
 
 void Trainer::log_lm_summary() {
@@ -459,14 +498,48 @@ void Trainer::check_consistency(int64_t update) {
       first_bad = double(i);
       break;
     }
-  double worst[2] = {first_bad, first_bad >= 0 ? double(comm_.rank()) : -1};
-  comm_.allreduce_max(worst, 2);
+  // The synchronized norms' running state is identical within a sync group (and may differ
+  // between groups): compared against the group's first rank.
+  std::vector<double> state_sums;
+  std::vector<std::string> state_names;
+  const auto norms = this->norms();
+  for (size_t l = 0; l < norms.size(); ++l) {
+    if (!norms[l]->synchronized()) continue;
+    for (const StateTensor& t : norms[l]->state()) {
+      const std::vector<double> v = read_state(t);
+      uint64_t sum = 0;
+      for (size_t j = 0; j < v.size(); ++j) {
+        uint64_t bits;
+        std::memcpy(&bits, &v[j], sizeof bits);
+        sum += (bits % 1000003) * (j % 65521 + 1);
+      }
+      state_sums.push_back(double(sum % (uint64_t(1) << 52)));
+      state_names.push_back("norm " + std::to_string(l) + " " + t.name);
+    }
+  }
+  std::vector<double> group_ref = state_sums;
+  stats_communicator().broadcast(group_ref.data(), group_ref.size() * sizeof(double), 0);
+  double state_bad = -1;
+  for (size_t i = 0; i < state_sums.size(); ++i)
+    if (group_ref[i] != state_sums[i]) {
+      state_bad = double(i);
+      break;
+    }
+  double worst[4] = {first_bad, first_bad >= 0 ? double(comm_.rank()) : -1, state_bad,
+                     state_bad >= 0 ? double(comm_.rank()) : -1};
+  comm_.allreduce_max(worst, 4);
   if (worst[0] >= 0)
     throw AgreedError(
         "parameters differ across ranks at update " + std::to_string(update) + ": tensor '" +
         specs[size_t(worst[0])].name + "' on rank " + std::to_string(int(worst[1])) +
         " differs from rank 0 (a bug, a bit flip or non-deterministic hardware): " +
         "restart from the last checkpoint");
+  if (worst[2] >= 0)
+    throw AgreedError(
+        "synchronized norm state differs within a sync group at update " +
+        std::to_string(update) + ": " + state_names[size_t(worst[2])] + " on rank " +
+        std::to_string(int(worst[3])) + " differs from its group's first rank (a bug, a bit " +
+        "flip or non-deterministic hardware): restart from the last checkpoint");
 }
 
 TrainResult Trainer::train() {
@@ -915,6 +988,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
       model_file.header = {{"format", "pntrain-checkpoint-1"},
                            {"update", update},
                            {"world_size", comm_.size()},
+                           {"sync_group_size", sync_group_ranks(opt_, comm_.size())},
                            {"seed", opt_.seed},
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
@@ -999,16 +1073,22 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   if (m.header.contains("best_valid_loss")) best_valid_ = m.header["best_valid_loss"].get<double>();
   validations_without_gain_ = m.header.value("validations_without_gain", 0);
   const int saved_world = m.header.at("world_size").get<int>();
+  // Sync groups (older checkpoints: one group of every rank) share their norm state.
+  const int saved_group = m.header.contains("sync_group_size")
+                              ? m.header["sync_group_size"].get<int>()
+                              : saved_world;
+  const int group = sync_group_ranks(opt_, comm_.size());
   // Norm running state: this rank's own file, or the mean over the saved ranks.
   const auto norms = this->norms();
   std::vector<int> sources;
-  if (saved_world == comm_.size()) {
+  if (saved_world == comm_.size() && saved_group == group) {
     sources = {comm_.rank()};
   } else {
     for (int r = 0; r < saved_world; ++r) sources.push_back(r);
     if (comm_.rank() == 0)
       LOG(WARNING) << "checkpoint " << dir << " was saved by " << saved_world
-                   << " ranks, resuming on " << comm_.size()
+                   << " ranks in sync groups of " << saved_group << ", resuming on "
+                   << comm_.size() << " in groups of " << group
                    << ": rank-local norm state starts from the mean over the saved ranks";
   }
   std::vector<std::vector<double>> sum;

@@ -78,14 +78,19 @@ class Trainer {
   const ParallelCorpus& parallel_corpus() const { return parallel_; }
   ParamStore<float>& params() { return mt_ ? mt_->params : model_->params; }
   std::vector<Norm<float>*> norms() { return mt_ ? mt_->norms() : model_->norms(); }
+  // The communicator of the synchronized norms' statistics: this rank's sync group
+  // (--sync-group-size; all ranks by default), the job's own one at one rank.
+  Communicator& stats_communicator() { return stats_comm_ ? *stats_comm_ : comm_; }
   // Runs fn with the evaluation's norm state (rank 0's or the mean over ranks, --pn-eval-state)
   // and gives every rank its own rank-local state back afterwards.
   void with_eval_state(const std::function<void()>& fn);
 
  private:
+  void make_stats_communicator();  // before the model, whose synchronized norms use it
   void setup();  // what both constructors share, once the model exists
   void log_model_summary();
   void log_lm_summary();
+  void log_statistics_batches();  // the startup line of each batch-type norm's statistics batch
   // Saves checkpoint_<update> (all ranks take part). Returns false and warns once on failure,
   // removing the half-written directory and leaving the previous checkpoint intact.
   bool save_checkpoint(int64_t update, const std::string& name = "", int keep = 0,
@@ -100,6 +105,7 @@ class Trainer {
 
   Options opt_;
   Communicator& comm_;
+  std::unique_ptr<Communicator> stats_comm_;  // the sync group's; null at one rank
   Corpus corpus_;
   ParallelCorpus parallel_;
   std::unique_ptr<LanguageModel<float>> model_;   // --arch transformer_lm

@@ -46,4 +46,8 @@ truncate -s 4 "$tmp/fs_short/train.bin"
 expect_error "train.idx' is not a fairseq mmap index: expected the magic" --data "$tmp/fs_magic"
 expect_error "train.bin' is truncated: its index describes 3 tokens" --data "$tmp/fs_short"
 expect_error "--sample needs a language model" --arch transformer --data "$tmp" --sample 2
+# A sync group size that does not divide the world is refused before any work (the data is not
+# even read: its error would come next).
+expect_error "--sync-group-size 3 does not divide the world size 2 (ranks): give one of 1, 2" \
+  --norm sync_batch --sync-group-size 3 --data /nonexistent
 exit $failures

@@ -31,7 +31,8 @@ import csv, math, sys
 want = ["norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed", "tokens_per_rank",
         "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
         "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
-        "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "note"]
+        "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "sync_group_size",
+        "stats_allreduces_per_update", "stats_bytes_per_update", "grad_allreduce_ms", "note"]
 f = open(sys.argv[1])
 reader = csv.DictReader(f)
 rows, cores, ok = list(reader), int(sys.argv[2]), True
@@ -66,6 +67,18 @@ for r in rows:
         bad("layer has no statistics all-reduce, got %s ms" % stats)
     if r["norm"] == "sync_batch" and R == 2 and not stats > 0:
         bad("sync_batch at 2 ranks shows no statistics all-reduce time: %s" % r)
+    # Counts, not timings: 1 layer x 2 norm places + the final norm, 2 sums each (forward,
+    # backward) per micro-step; none for layer or at one rank.
+    count = float(r["stats_allreduces_per_update"])
+    want = 6 if (r["norm"] == "sync_batch" and R == 2) else 0
+    if count != want:
+        bad("stats_allreduces_per_update %s, want %d: %s" % (count, want, r))
+    if (float(r["stats_bytes_per_update"]) > 0) != (want > 0):
+        bad("stats_bytes_per_update: %s" % r)
+    if int(r["sync_group_size"]) != R:
+        bad("sync_group_size %s at %d ranks (default: all ranks): %s" % (r["sync_group_size"], R, r))
+    if R == 2 and not float(r["grad_allreduce_ms"]) > 0:
+        bad("no gradient all-reduce time at 2 ranks: %s" % r)
 # Target tokens per update: fixed in strong scaling, proportional to the ranks in weak.
 tpu = {(r["mode"], r["norm"], int(r["ranks"])): int(r["tokens_per_update"]) for r in rows}
 for n in ("layer", "sync_batch"):
@@ -97,6 +110,40 @@ fi
 out=$("$pnbench" --max-tokens 64 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q -- "--max-tokens is set by pnbench" <<<"$out"; } ||
   fail "--max-tokens: exit $rc: $out"
+
+# --predict: the all-reduce sweep of a 2-rank job (up to a 64 KiB bucket), the replayed
+# statistics of one update, the fit and the scale-out table (numbers are never asserted, only
+# that they are there and that PN's share is 0 and the whole-job groups cost at least the
+# groups of 8).
+"$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
+  "$pnbench" --predict --predict-out "$tmp/p" --norm sync_batch --bucket-mb 0.0625 "${tiny[@]}" \
+  > "$tmp/predict.log" 2>&1 || fail "--predict: exit $?: $(tail -5 "$tmp/predict.log")"
+"$py" - "$tmp/p" <<'PY' || fail "--predict output: $(tail -20 "$tmp/predict.log")"
+import csv, os, sys
+d = sys.argv[1]
+sweep = list(csv.DictReader(open(os.path.join(d, "allreduce.csv"))))
+assert [int(r["bytes"]) for r in sweep] == [8, 32, 128, 512, 2048, 8192, 32768, 65536], sweep
+assert all(r["ranks"] == "2" and r["sync_group_size"] == "2" and float(r["seconds"]) > 0
+           for r in sweep), sweep
+replay = list(csv.DictReader(open(os.path.join(d, "replay.csv"))))
+# 1 layer: self, ff and final norms, 2 all-reduces each; [1+2d] + [2d] doubles with d = 32.
+assert len(replay) == 1 and replay[0]["messages"] == "6" and replay[0]["bytes"] == str(3 * 8 * 129), replay
+fit = list(csv.DictReader(open(os.path.join(d, "fit.csv"))))
+assert len(fit) == 1 and fit[0]["ranks"] == "2", fit
+rows = list(csv.DictReader(open(os.path.join(d, "scaleout.csv"))))
+assert sorted({int(r["gpus"]) for r in rows}) == [8, 64, 256, 1024], rows
+assert all(float(r["stats_share"]) == 0 for r in rows if r["norm"].startswith("power")), rows
+for model in {r["model"] for r in rows}:
+    for norm in ("sync_batch", "sync_power_v"):
+        share = {r["group"]: float(r["stats_share"]) for r in rows
+                 if r["model"] == model and r["norm"] == norm and r["gpus"] == "1024"}
+        assert share["whole job"] > share["8 (one node)"] > 0, (model, norm, share)
+print("predict output ok")
+PY
+grep -q "PREDICTED (not measured)" "$tmp/predict.log" || fail "--predict printed no table"
+if "$py" -c "import matplotlib" 2>/dev/null; then
+  [ -s "$tmp/p/scaleout.png" ] || fail "matplotlib is installed but there is no scaleout.png"
+fi
 
 [ $failures -eq 0 ] && echo "bench smoke: all passed"
 exit $((failures > 0))

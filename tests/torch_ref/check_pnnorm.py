@@ -2,7 +2,8 @@
 """Runs pnnorm on random masked data and compares it with the PyTorch float64 reference
 (norms_ref.py): y, dx, dgamma, dbeta, every running statistic of every rank, and y_eval, to 1e-4
 (relative above 1). sync_* layers (and rank-local `power`, `batch`, `power_v`, each rank against
-the reference on its own rows) run at 1, 2 and 3 ranks, the per-row layers at 1 rank.
+the reference on its own rows) run at 1, 2 and 3 ranks, the per-row layers at 1 rank; the
+synchronized layers also at 4 ranks in sync groups of 2 (--sync-group-size; check_sync_groups).
 
 Usage: check_pnnorm.py --pnnorm PATH [--mpirun PATH]. Exits 77 (skipped) when numpy or torch is
 missing, 1 on any mismatch.
@@ -53,6 +54,91 @@ def compare(what, got, want, failures):
     elif err.max() > TOL:
         i = np.unravel_index(np.argmax(err), err.shape)
         failures.append(f"{what}: max error {err.max():.3g} at {i}: {got[i]} vs {want[i]}")
+
+
+def check_sync_groups(args, tmp, X, DY, gamma, beta, flag, failures):
+    """--sync-group-size at 4 ranks: K = 2 against the reference with each group's statistics
+    from its own rows alone (masks, a rank with no token, a whole group with none); K = 1 equal
+    to the local twin and K = 4 equal to the run without the flag, bit for bit; K = 3 refused."""
+    T, N, d = X.shape
+    M = np.random.default_rng(7).random((T, N)) > 0.2
+    M[1, 5:11] = False   # rank 1 (rows 5..10 of 23 at 4 ranks) has no token
+    M[3, 0:11] = False   # group 0 (ranks 0 and 1) has no token; group 1 has
+    np.save(f"{tmp}/m4.npy", M)
+    mpi = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x",
+           "OMP_NUM_THREADS=1"]
+
+    def pnnorm(kind, extra, out, more=()):
+        cmd = mpi + [args.pnnorm, "--norm", kind, "--x", f"{tmp}/x.npy", "--dy", f"{tmp}/dy.npy",
+                     "--mask", f"{tmp}/m4.npy", "--gamma", f"{tmp}/gamma.npy", "--beta",
+                     f"{tmp}/beta.npy", "--out", out] + list(more)
+        for k, v in extra.items():
+            cmd += [flag[k], str(v)]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    def files(out):
+        found = {}
+        for root, _, names in os.walk(out):
+            for n in names:
+                found[os.path.relpath(os.path.join(root, n), out)] = \
+                    open(os.path.join(root, n), "rb").read()
+        return found
+
+    configs = [
+        ("sync_batch", {"alpha": 0.8}, "batch"),
+        ("sync_batch", {"prescale_groups": 2}, "batch"),
+        ("sync_power_v", {"alpha": 0.8}, "power_v"),
+        ("sync_power", {"warmup": 2, "alpha_fwd": 0.8, "alpha_bkw": 0.7}, "power"),
+        ("sync_power", {"warmup": 3, "alpha_fwd": 0.8, "alpha_bkw": 0.7,
+                        "pn_variant": "authors"}, "power"),
+    ]
+    for ci, (kind, extra, twin) in enumerate(configs):
+        name = f"{kind} {extra} at 4 ranks in groups of 2"
+        out = f"{tmp}/group_{ci}"
+        p = pnnorm(kind, extra, out, ["--sync-group-size", "2"])
+        if p.returncode != 0:
+            failures.append(f"{name}: pnnorm failed ({p.returncode}): {p.stderr[-2000:]}")
+            continue
+        o = norms_ref.Options(kind, **extra)
+        want, want_states = norms_ref.run(o, X.astype(np.float64), DY.astype(np.float64), M,
+                                          gamma.astype(np.float64), beta.astype(np.float64),
+                                          ranks=4, group_size=2)
+        for f in ["y", "dx", "dgamma", "dbeta", "y_eval"]:
+            compare(f"{name}: {f}", np.load(f"{out}/{f}.npy"), want[f], failures)
+        for r in range(4):
+            for sname, sv in want_states[r].items():
+                compare(f"{name}: rank {r} {sname}",
+                        np.load(f"{out}/state/rank{r}/{sname}.npy"), sv, failures)
+        # The two groups saw different rows: their states differ (else the check proves little).
+        s0 = np.load(f"{out}/state/rank0/{next(iter(want_states[0]))}.npy")
+        s2 = np.load(f"{out}/state/rank2/{next(iter(want_states[0]))}.npy")
+        if np.array_equal(s0, s2):
+            failures.append(f"{name}: groups 0 and 1 ended with the same state")
+        print(f"checked {name}")
+        # K = 1 is the local twin, K = 4 the run without the flag: bit for bit.
+        for K, other_kind, more, what in [(1, twin, [], f"the local twin {twin}"),
+                                          (4, kind, None, "the run without --sync-group-size")]:
+            a, b = f"{tmp}/group_{ci}_k{K}", f"{tmp}/group_{ci}_k{K}_ref"
+            pa = pnnorm(kind, extra, a, ["--sync-group-size", str(K)])
+            pb = pnnorm(other_kind, extra, b, more or [])
+            if pa.returncode or pb.returncode:
+                failures.append(f"{name}: K={K} runs failed: {pa.stderr[-1000:]} {pb.stderr[-1000:]}")
+                continue
+            fa, fb = files(a), files(b)
+            if fa != fb:
+                diff = sorted(k for k in set(fa) | set(fb) if fa.get(k) != fb.get(k))
+                failures.append(f"{name}: K={K} differs from {what} in {diff}")
+            else:
+                print(f"checked {kind} {extra}: K={K} equals {what} bit for bit ({len(fa)} files)")
+    p = pnnorm("sync_batch", {}, f"{tmp}/group_bad", ["--sync-group-size", "3"])
+    if p.returncode == 0 or "--sync-group-size 3" not in p.stderr or "world size 4" not in p.stderr:
+        failures.append(f"--sync-group-size 3 at 4 ranks not refused clearly: rc {p.returncode}, "
+                        f"{p.stderr[-1000:]!r}")
+    elif os.path.exists(f"{tmp}/group_bad"):
+        failures.append("--sync-group-size 3 at 4 ranks wrote output before refusing")
+    else:
+        print("checked --sync-group-size 3 at 4 ranks is refused: " +
+              p.stderr.strip().splitlines()[0])
 
 
 def main():
@@ -123,6 +209,7 @@ def main():
                             continue
                         compare(f"{name}: rank {r} {sname}", np.load(path), sv, failures)
                 print(f"checked {name}")
+        check_sync_groups(args, tmp, X, DY, gamma, beta, flag, failures)
         # Bad input is rejected with a message naming the file.
         np.save(f"{tmp}/x64.npy", X.astype(np.float64))
         p = subprocess.run([args.pnnorm, "--norm", "batch", "--x", f"{tmp}/x64.npy", "--dy",

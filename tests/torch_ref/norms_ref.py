@@ -151,12 +151,19 @@ class Ref:
         return y, dx, (dy[m] * xh[m]).sum(0), dy[m].sum(0)
 
 
-def run(o, X, DY, M, gamma, beta, ranks=1):
+def run(o, X, DY, M, gamma, beta, ranks=1, group_size=None):
     """What pnnorm writes for R ranks: y, dx (T,N,d), dgamma, dbeta (T,d) summed over ranks,
-    y_eval (N,d), and per rank {name: (T,d)} states."""
+    y_eval (N,d), and per rank {name: (T,d)} states. A sync_* layer with group_size K takes its
+    statistics over the rows of each group of K consecutive ranks alone (--sync-group-size)."""
     T, N, d = X.shape
-    sync = o.kind.startswith("sync_") or o.kind in ("layer", "rms", "group")
-    shards = [(0, N)] if sync else [(r * N // ranks, (r + 1) * N // ranks) for r in range(ranks)]
+    K = group_size or ranks
+    rows = [(r * N // ranks, (r + 1) * N // ranks) for r in range(ranks)]
+    if o.kind.startswith("sync_"):
+        shards = [(rows[g * K][0], rows[g * K + K - 1][1]) for g in range(ranks // K)]
+    elif o.kind in ("layer", "rms", "group"):
+        shards = [(0, N)]
+    else:
+        shards = rows
     out = {"y": np.zeros((T, N, d)), "dx": np.zeros((T, N, d)), "dgamma": np.zeros((T, d)),
            "dbeta": np.zeros((T, d)), "y_eval": np.zeros((N, d))}
     states = []
@@ -173,5 +180,10 @@ def run(o, X, DY, M, gamma, beta, ranks=1):
         if hi > lo:
             out["y_eval"][lo:hi] = ref.infer(X[T - 1, lo:hi])
         states.append(st)
-    rank_states = [states[0]] * ranks if sync else states
+    if o.kind.startswith("sync_"):
+        rank_states = [states[r // K] for r in range(ranks)]
+    elif o.kind in ("layer", "rms", "group"):
+        rank_states = [states[0]] * ranks
+    else:
+        rank_states = states
     return out, rank_states
