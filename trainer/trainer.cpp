@@ -14,7 +14,6 @@
 #include <thread>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <csignal>
 #include <stdexcept>
@@ -247,19 +246,8 @@ void Trainer::truncate_metrics() {
 }
 
 std::string Trainer::vocab_fingerprint() const {
-  // CRC32 of the words in index order: the same data gives the same ids.
-  uLong c = crc32(0L, Z_NULL, 0);
-  size_t n = 0;
-  auto add = [&](const Vocabulary& v) {
-    for (const std::string& w : v.words)
-      c = crc32(c, reinterpret_cast<const Bytef*>(w.c_str()), uInt(w.size() + 1));
-    n += v.words.size();
-  };
-  if (mt_) add(parallel_.src_vocab), add(parallel_.tgt_vocab);
-  else add(corpus_.vocab);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%zu words, crc32 %08lx", n, (unsigned long)c);
-  return buf;
+  if (mt_) return vocabulary_fingerprint({&parallel_.src_vocab, &parallel_.tgt_vocab});
+  return vocabulary_fingerprint({&corpus_.vocab});
 }
 
 void Trainer::write_metrics(const std::string& line) {
