@@ -397,9 +397,10 @@ Fault parse_fault(const std::string& spec) {
   }
   if (at == std::string::npos ||
       (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb" &&
-       f.kind != "sigterm" && f.kind != "savefail"))
+       f.kind != "sigterm" && f.kind != "sigterm-mpirun" && f.kind != "savefail"))
     throw std::invalid_argument("--debug-fault '" + spec + "' is malformed: use nan@U, " +
-                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R or savefail@U:R");
+                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R, "
+                                "sigterm-mpirun@U:R or savefail@U:R");
   return f;
 }
 
@@ -564,12 +565,13 @@ TrainResult Trainer::train() {
     if (signal > 0) {
       result.interrupted = int(signal);
       if (rank == 0)
-        LOG(WARNING) << "interrupted (" << (int(signal) == SIGINT ? "SIGINT" : "SIGTERM")
-                     << ") at update " << update + 1
+        LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
+                     << update + 1
                      << (opt_.save_dir.empty()
                              ? "; nothing saved (no --save-dir)"
                              : result.final_save_failed ? "; its checkpoint was not saved"
-                                                        : "; the same command resumes");
+                                                        : "; the same command resumes")
+                     << interrupt_notice();
       return true;
     }
     return stop;
@@ -605,6 +607,11 @@ TrainResult Trainer::train() {
         copy_to_device(at, &v, sizeof v);
       }
       if (fault.kind == "sigterm") ::kill(::getpid(), SIGTERM);  // as Slurm or Ctrl-C would
+      if (fault.kind == "sigterm-mpirun") {  // as kill or scancel would, then mpirun's notice
+        ::kill(::getppid(), SIGTERM);
+        for (int i = 0; i < 600 && !interrupt_signal(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
     const double t0 = now_s();
     const double comm0 = comm_.collective_seconds;
