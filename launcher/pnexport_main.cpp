@@ -1,6 +1,7 @@
 // pnexport: a checkpoint as one safetensors file (launcher/pn export; trainer/export.h).
-//   pnexport CHECKPOINT_DIR --out FILE.safetensors [the pntrain flags or --config it was trained
-//            with, and its --data for the vocabulary; --pn-eval-state rank0|mean]
+//   pnexport CHECKPOINT_DIR --out FILE.safetensors [--pn-eval-state rank0|mean] [--data DIR where
+//            the corpus has moved] [model flags: only for checkpoints older than their stored
+//            configuration; a flag that differs from the checkpoint's is refused]
 #include <glog/logging.h>
 
 #include <cstdio>
@@ -24,8 +25,10 @@ int main(int argc, char** argv) {
     else rest.push_back(argv[i]);
   }
   if (checkpoint.empty() || out.empty()) {
-    std::fprintf(stderr, "usage: pnexport CHECKPOINT_DIR --out FILE.safetensors [--config FILE] "
-                         "[pntrain model and --data flags of the run]\n");
+    std::fprintf(stderr, "usage: pnexport CHECKPOINT_DIR --out FILE.safetensors "
+                         "[--pn-eval-state rank0|mean] [--data DIR where the corpus has moved]\n"
+                         "  (the model comes from the checkpoint; a flag that differs from it is "
+                         "refused)\n");
     return 2;
   }
   try {
@@ -35,7 +38,7 @@ int main(int argc, char** argv) {
       std::cout << help << std::endl;
       return 0;
     }
-    pn::validate_options(opt);
+    for (const std::string& note : opt.notes) std::fprintf(stderr, "pnexport: %s\n", note.c_str());
     const pn::ExportSummary s = pn::export_checkpoint(opt, checkpoint, out);
     std::printf("exported %s (update %lld, %d ranks, %zu parameters) to %s: %zu tensors\n",
                 checkpoint.c_str(), (long long)s.update, s.world_size, s.parameters, out.c_str(),

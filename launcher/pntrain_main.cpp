@@ -2,6 +2,7 @@
 #include <glog/logging.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -42,6 +43,28 @@ bool all_ranks_fine(pn::Communicator& comm, const std::string& error) {
     std::fflush(stderr);
   }
   return false;
+}
+
+// The outcome for `launcher/pn run`, which restarts a failed job but neither bad input nor an
+// interruption, whatever mpirun's own exit status says: rank 0 appends "save_dir DIR" when
+// training starts and "exit CODE REASON" when it ends to the file $PN_STATUS_FILE names.
+const char* status_file() {
+  const char* path = std::getenv("PN_STATUS_FILE");
+  return path && *path ? path : nullptr;
+}
+
+void report_status(const pn::Communicator& comm, const std::string& line) {
+  if (comm.rank() == 0 && status_file())
+    std::ofstream(status_file(), std::ios::app) << line << std::endl;
+}
+
+// Under a status file every rank exits 0 from an end it reported: a non-zero exit would make
+// mpirun tear the job down, which takes it twice odls_base_sigkill_timeout seconds.
+int exit_status(const pn::Communicator& comm, int code) {
+  const char* reason = code == 0 ? "done" : code == 2 ? "refused" : code == 3 ? "save-failed"
+                                                                    : "interrupted";
+  report_status(comm, "exit " + std::to_string(code) + " " + reason);
+  return status_file() ? 0 : code;
 }
 
 // --arch transformer --eval-only: the valid loss and the BLEU of beam search on --gen-subset.
@@ -170,7 +193,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (!all_ranks_fine(*comm, error)) return 2;
+  if (!all_ranks_fine(*comm, error)) return exit_status(*comm, 2);
   if (early_exit) {
     if (comm->rank() == 0) std::cout << early_text << std::endl;
     return 0;
@@ -189,7 +212,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (!all_ranks_fine(*comm, error)) return 2;
+  if (!all_ranks_fine(*comm, error)) return exit_status(*comm, 2);
   // 2. The model and its checkpoint (shape and vocabulary checks, identical on every rank but
   //    for a rank's own corrupt file).
   std::unique_ptr<pn::Trainer> trainer;
@@ -200,7 +223,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  if (!all_ranks_fine(*comm, error)) return 2;
+  if (!all_ranks_fine(*comm, error)) return exit_status(*comm, 2);
   // 3. The work. An error every rank meets alike is reported once and ends the ranks cleanly;
   //    any other ends the whole job through the communicator.
   try {
@@ -208,10 +231,12 @@ int main(int argc, char** argv) {
     if (opt.eval_only)
       return opt.arch == "transformer" ? eval_translation(opt, *comm, *trainer)
                                        : eval_lm(*comm, *trainer);
-    return finish(opt, *comm, trainer->train());
+    report_status(*comm, "save_dir " + opt.save_dir);
+    return exit_status(*comm, finish(opt, *comm, trainer->train()));
   } catch (const pn::AgreedError& e) {
+    // Every rank met it alike (a diverged loss, parameters that differ): a restart repeats it.
     if (comm->rank() == 0) std::fprintf(stderr, "pntrain: error: %s\n", e.what());
-    return 2;
+    return exit_status(*comm, 2);
   } catch (const std::exception& e) {
     comm->abort(e.what(), 2);
   }

@@ -69,14 +69,35 @@ TEST(Export, LmCheckpointAsSafetensorsWithFairseqNamesStateAndConfig) {
   EXPECT_EQ(values<double>(psi), std::vector<double>(live.data, live.data + live.n));
   EXPECT_EQ(values<double>(f.tensors.at("decoder.layer_norm.t")), std::vector<double>{3.0});
 
-  // Another model shape is refused, naming the fix.
-  Options other = o;
+  // The checkpoint alone: no flags give the same file.
+  const std::string bare = (dir / "bare.safetensors").string();
+  export_checkpoint(Options{}, (dir / "ck" / "checkpoint_3").string(), bare);
+  const SafeTensorsFile g = read_safetensors(bare);
+  EXPECT_EQ(g.header, f.header);
+  for (const auto& [name, tensor] : f.tensors) EXPECT_EQ(g.tensors.at(name).bytes, tensor.bytes);
+
+  // A model flag given otherwise than the checkpoint's is refused, naming both values.
+  Options other;
   other.decoder_embed_dim = 64;
+  other.given.insert("decoder-embed-dim");
   try {
     export_checkpoint(other, (dir / "ck" / "checkpoint_3").string(), out);
     ADD_FAILURE() << "a mismatched model was exported";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("give the flags (or --config) and --data it was trained"),
+    EXPECT_NE(std::string(e.what()).find("--decoder-embed-dim 64 disagrees with checkpoint"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("trained with --decoder-embed-dim " +
+                                         std::to_string(d)), std::string::npos) << e.what();
+  }
+  // A data directory that is not there is named, with the fix.
+  Options moved;
+  moved.data = (dir / "gone").string();
+  moved.given.insert("data");
+  try {
+    export_checkpoint(moved, (dir / "ck" / "checkpoint_3").string(), out);
+    ADD_FAILURE() << "a missing --data was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("give --data DIR where that corpus is now"),
               std::string::npos) << e.what();
   }
   fs::remove_all(dir);

@@ -78,6 +78,27 @@ TEST(Flags, MaxTokensIsRoundedToWholeSamplesAndSaysSo) {
   EXPECT_TRUE(parse({"--max-tokens", "1024"}).notes.empty());
 }
 
+TEST(Flags, TheLastOfARepeatedFlagWinsAndIsNamed) {
+  Options o = parse({"--lr", "0.1", "--max-update", "7", "--lr", "0.002", "--cpu", "--cpu"});
+  EXPECT_DOUBLE_EQ(o.lr, 0.002);
+  EXPECT_EQ(o.max_update, 7);
+  EXPECT_EQ(o.device, "cpu");
+  ASSERT_EQ(o.notes.size(), 2u);
+  EXPECT_EQ(o.notes[0], "--lr is given 2 times: the last one wins (--lr 0.002)");
+  EXPECT_EQ(o.notes[1], "--cpu is given 2 times: the last one wins (--cpu)");
+  // In a config file too; the command line still wins over the file.
+  test::TempDir tmp("pn_repeated");
+  const std::string ini = (tmp.path / "run.ini").string();
+  std::ofstream(ini) << "lr = 0.1\nlr = 0.003\nmax-update = 5\ndropout = 0.2\n";
+  o = parse({"--config", ini, "--dropout", "0.3", "--dropout", "0.4"});
+  EXPECT_DOUBLE_EQ(o.lr, 0.003);
+  EXPECT_EQ(o.max_update, 5);
+  EXPECT_DOUBLE_EQ(o.dropout, 0.4);
+  ASSERT_EQ(o.notes.size(), 2u);
+  EXPECT_EQ(o.notes[0], "--dropout is given 2 times: the last one wins (--dropout 0.4)");
+  EXPECT_EQ(o.notes[1], "--lr is given 2 times in '" + ini + "': the last one wins (--lr 0.003)");
+}
+
 TEST(Flags, HelpShowsDefaultsAsWrittenAndChoices) {
   std::vector<std::string> args = {"pntrain", "--help"};
   std::vector<char*> argv;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <zlib.h>
 
 #include "trainer/fairseq_data.h"
 
@@ -36,6 +38,19 @@ std::vector<int32_t> TokenStream::to_vector() const {
 int32_t Vocabulary::id(const std::string& w) const {
   auto it = index.find(w);
   return it == index.end() ? kUnk : it->second;
+}
+
+std::string vocabulary_fingerprint(const std::vector<const Vocabulary*>& vocabularies) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  size_t n = 0;
+  for (const Vocabulary* v : vocabularies) {
+    for (const std::string& w : v->words)
+      c = crc32(c, reinterpret_cast<const Bytef*>(w.c_str()), uInt(w.size() + 1));
+    n += v->words.size();
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu words, crc32 %08lx", n, (unsigned long)c);
+  return buf;
 }
 
 namespace {

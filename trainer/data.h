@@ -19,6 +19,10 @@ struct Vocabulary {
   int32_t id(const std::string& w) const;
 };
 
+// "N words, crc32 XXXXXXXX" over the words of the vocabularies in index order: the same data
+// gives the same ids. Checkpoints store it to recognise their data.
+std::string vocabulary_fingerprint(const std::vector<const Vocabulary*>& vocabularies);
+
 // A read-only token stream: ids held in memory (text corpora), or read in place from a
 // memory-mapped fairseq .bin file (trainer/fairseq_data.h) of 1, 2, 4 or 8-byte integers whose
 // fairseq id f is pntrain id f - 1 (fairseq's <s> = 0, never written by fairseq-preprocess,

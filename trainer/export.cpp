@@ -132,11 +132,22 @@ void add_norm_metadata(std::map<std::string, std::string>* m, const std::string&
 
 }  // namespace
 
-ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
+ExportSummary export_checkpoint(const Options& options, const std::string& checkpoint,
                                 const std::string& out) {
   if (!fs::exists(fs::path(checkpoint) / "DONE"))
     throw std::runtime_error("'" + checkpoint + "' is not a complete checkpoint directory (no "
                              "DONE marker): give a checkpoint_<update> directory of --save-dir");
+  // The checkpoint's configuration fills every model flag not given; one given otherwise is
+  // refused, naming both values.
+  Options o = options;
+  apply_checkpoint_flags(checkpoint_config(checkpoint), checkpoint, &o);
+  validate_options(o);
+  if (o.data != "builtin" && !fs::is_directory(o.data))
+    throw std::runtime_error(
+        "the vocabulary of '" + checkpoint + "' comes from its corpus, --data '" + o.data + "' (" +
+        (o.given.count("data") ? "given" : "stored in the checkpoint") +
+        "), which is not a directory here: give --data DIR where that corpus is now");
+  std::string vocab;  // the fingerprint of the vocabulary the data gives
   auto comm = make_single_communicator();
   std::map<std::string, std::string> meta;
   meta["format"] = "pntrain-export-1";
@@ -152,6 +163,7 @@ ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
     const ParallelCorpus c =
         load_parallel_corpus(o.data, o.source_lang, o.target_lang, o.share_all_embeddings,
                              o.train_subset, o.valid_subset, o.gen_subset);
+    vocab = vocabulary_fingerprint({&c.src_vocab, &c.tgt_vocab});
     const TranslationConfig tc = translation_config(o, c.src_vocab.size(), c.tgt_vocab.size());
     mt = std::make_unique<TranslationModel<float>>(tc, o.seed, comm.get());
     meta["dim"] = std::to_string(tc.dim);
@@ -184,6 +196,7 @@ ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
     norm_names.push_back("decoder.layer_norm");
   } else {
     const Corpus c = o.data == "builtin" ? builtin_corpus() : load_corpus(o.data);
+    vocab = vocabulary_fingerprint({&c.vocab});
     const ModelConfig mc = model_config(o, c.vocab.size());
     lm = std::make_unique<LanguageModel<float>>(mc, o.seed, comm.get());
     meta["dim"] = std::to_string(mc.dim);
@@ -216,6 +229,11 @@ ExportSummary export_checkpoint(const Options& o, const std::string& checkpoint,
     throw std::runtime_error("checkpoint '" + checkpoint + "' holds another model than these "
                              "options describe (" + diff + "): give the flags (or --config) and "
                              "--data it was trained with");
+  // Older checkpoints carry no fingerprint; the parameter shapes above still guard them.
+  if (m.header.contains("vocab") && m.header["vocab"].get<std::string>() != vocab)
+    throw std::runtime_error("checkpoint '" + checkpoint + "' was trained on another vocabulary (" +
+                             m.header["vocab"].get<std::string>() + ") than --data " + o.data +
+                             " gives (" + vocab + "): give --data the corpus it was trained on");
   if (m.payload.size() < params.size() * sizeof(float))
     throw std::runtime_error("checkpoint '" + checkpoint + "/model.bin' is too short");
   std::memcpy(params.data.data(), m.payload.data(), params.size() * sizeof(float));

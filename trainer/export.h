@@ -53,9 +53,12 @@ struct ExportSummary {
   int64_t update = 0;
   int world_size = 1;
 };
-// Exports checkpoint directory `checkpoint` of the model the options describe (the flags or
-// --config it was trained with; --data gives the vocabulary) to `out`. Throws
-// std::runtime_error when the checkpoint does not fit the options, naming the mismatch.
+// Exports checkpoint directory `checkpoint` to `out`. The model is the one the checkpoint's
+// stored configuration describes (its flags and --data path); options supply what it lacks (an
+// older checkpoint's flags, --data where the corpus has moved, --pn-eval-state). A flag given
+// (options.given) that differs from the stored one is refused (std::invalid_argument), naming
+// both values; a checkpoint that does not fit, or another vocabulary, throws
+// std::runtime_error naming the mismatch.
 ExportSummary export_checkpoint(const Options& options, const std::string& checkpoint,
                                 const std::string& out);
 

@@ -9,27 +9,69 @@
 namespace pn {
 
 namespace {
-std::atomic<int> g_signal{0};
+std::atomic<int> g_stop{0};         // SIGINT or SIGTERM
+std::atomic<int> g_cause{0};        // the first signal that asked
+std::atomic<bool> g_stopped{false};  // a Ctrl-Z stop is pending: its SIGCONT is no notice
 
+void install(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(sig, &sa, nullptr);
+}
+
+// Only async-signal-safe calls below.
 void on_signal(int sig) {
-  if (g_signal.exchange(sig) != 0) {  // the second signal: stop now (async-signal-safe calls)
+  if (sig == SIGTSTP) {  // stop as the default action would, remembering why
+    g_stopped.store(true);
+    install(SIGTSTP, SIG_DFL);
+    ::raise(SIGTSTP);  // delivered when this handler returns
+    return;
+  }
+  if (sig == SIGCONT && g_stopped.exchange(false)) {  // resumed after Ctrl-Z
+    install(SIGTSTP, on_signal);
+    return;
+  }
+  if (sig == SIGINT && g_stop.load() == SIGINT) {
     const char msg[] = "pntrain: second interrupt, stopping at once without saving\n";
     (void)!::write(2, msg, sizeof msg - 1);
     ::_exit(128 + sig);
+  }
+  int none = 0;
+  g_cause.compare_exchange_strong(none, sig);
+  const int stop = sig == SIGINT ? SIGINT : SIGTERM;
+  int have = g_stop.load();
+  while (have < stop && !g_stop.compare_exchange_weak(have, stop)) {
   }
 }
 }  // namespace
 
 void install_interrupt_handlers() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGCONT, SIGTSTP}) install(sig, on_signal);
 }
 
-int interrupt_signal() { return g_signal.load(); }
+int interrupt_signal() { return g_stop.load(); }
+
+int interrupt_cause() { return g_cause.load(); }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGCONT: return "SIGCONT";
+    default: return "a signal";
+  }
+}
+
+std::string interrupt_notice() {
+  switch (interrupt_cause()) {
+    case SIGUSR1: return " (notice: SIGUSR1, the early warning)";
+    case SIGCONT: return " (notice: SIGCONT, mpirun is ending the job)";
+    default: return "";
+  }
+}
 
 }  // namespace pn

@@ -109,6 +109,25 @@ std::string unknown_flag_message(const std::string& name) {
          (near.empty() ? "" : ": did you mean --" + near + "?") + " (see pntrain --help)";
 }
 
+// argparse's rule, which fairseq users rely on to override a flag by appending it: the last of
+// a repeated flag wins. Earlier occurrences are dropped, each repeated flag named in a note.
+void keep_last_of_repeated(po::parsed_options* parsed, const std::string& where,
+                           std::vector<std::string>* notes) {
+  std::map<std::string, int> count, seen;
+  for (const po::option& op : parsed->options) ++count[op.string_key];
+  std::vector<po::option> kept;
+  for (const po::option& op : parsed->options) {
+    if (++seen[op.string_key] < count[op.string_key]) continue;
+    kept.push_back(op);
+    if (count[op.string_key] < 2) continue;
+    std::string value;
+    for (const std::string& v : op.value) value += " " + v;
+    notes->push_back("--" + op.string_key + " is given " + std::to_string(count[op.string_key]) +
+                     " times" + where + ": the last one wins (--" + op.string_key + value + ")");
+  }
+  parsed->options = std::move(kept);
+}
+
 po::options_description describe(Options& o) {
   po::options_description data("Data");
   data.add_options()
@@ -223,7 +242,7 @@ po::options_description describe(Options& o) {
      "seconds a rank may make no progress (or wait in a collective) before the job stops")
     ("debug-fault", po::value(&o.debug_fault),
      "test hook: nan@U (NaN loss at update U), exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R, "
-     "savefail@U:R (rank R)")
+     "sigterm-mpirun@U:R (SIGTERM to the parent process), savefail@U:R (rank R)")
     ("eval-only", po::bool_switch(&o.eval_only),
      "evaluate the checkpoint (--restore-file or the last in --save-dir) on valid and test")
     ("patience", dflt(&o.patience),
@@ -368,7 +387,10 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
   const int style = po::command_line_style::default_style &
                     ~po::command_line_style::allow_guessing;
   try {
-    po::store(po::command_line_parser(argc, argv).options(cmdline).style(style).run(), vm);
+    po::parsed_options parsed =
+        po::command_line_parser(argc, argv).options(cmdline).style(style).run();
+    keep_last_of_repeated(&parsed, "", &o.notes);
+    po::store(parsed, vm);
     if (vm.count("help") || vm.count("version")) {
       std::ostringstream ss;
       if (vm.count("help")) ss << cmdline;
@@ -383,7 +405,9 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
         throw std::invalid_argument("cannot read the config file '" + path +
                                     "': check the path given to --config");
       try {
-        po::store(po::parse_config_file(in, file_opts), vm);
+        po::parsed_options in_file = po::parse_config_file(in, file_opts);
+        keep_last_of_repeated(&in_file, " in '" + path + "'", &o.notes);
+        po::store(in_file, vm);
       } catch (const po::unknown_option& e) {
         throw std::invalid_argument("in config file '" + path + "': " +
                                     unknown_flag_message(e.get_option_name()));

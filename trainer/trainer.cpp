@@ -14,7 +14,6 @@
 #include <thread>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <csignal>
 #include <stdexcept>
@@ -286,19 +285,8 @@ void Trainer::truncate_metrics() {
 }
 
 std::string Trainer::vocab_fingerprint() const {
-  // CRC32 of the words in index order: the same data gives the same ids.
-  uLong c = crc32(0L, Z_NULL, 0);
-  size_t n = 0;
-  auto add = [&](const Vocabulary& v) {
-    for (const std::string& w : v.words)
-      c = crc32(c, reinterpret_cast<const Bytef*>(w.c_str()), uInt(w.size() + 1));
-    n += v.words.size();
-  };
-  if (mt_) add(parallel_.src_vocab), add(parallel_.tgt_vocab);
-  else add(corpus_.vocab);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%zu words, crc32 %08lx", n, (unsigned long)c);
-  return buf;
+  if (mt_) return vocabulary_fingerprint({&parallel_.src_vocab, &parallel_.tgt_vocab});
+  return vocabulary_fingerprint({&corpus_.vocab});
 }
 
 void Trainer::write_metrics(const std::string& line) {
@@ -448,9 +436,10 @@ Fault parse_fault(const std::string& spec) {
   }
   if (at == std::string::npos ||
       (f.kind != "nan" && f.kind != "exit" && f.kind != "hang" && f.kind != "perturb" &&
-       f.kind != "sigterm" && f.kind != "savefail"))
+       f.kind != "sigterm" && f.kind != "sigterm-mpirun" && f.kind != "savefail"))
     throw std::invalid_argument("--debug-fault '" + spec + "' is malformed: use nan@U, " +
-                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R or savefail@U:R");
+                                "exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R, "
+                                "sigterm-mpirun@U:R or savefail@U:R");
   return f;
 }
 
@@ -649,12 +638,13 @@ TrainResult Trainer::train() {
     if (signal > 0) {
       result.interrupted = int(signal);
       if (rank == 0)
-        LOG(WARNING) << "interrupted (" << (int(signal) == SIGINT ? "SIGINT" : "SIGTERM")
-                     << ") at update " << update + 1
+        LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
+                     << update + 1
                      << (opt_.save_dir.empty()
                              ? "; nothing saved (no --save-dir)"
                              : result.final_save_failed ? "; its checkpoint was not saved"
-                                                        : "; the same command resumes");
+                                                        : "; the same command resumes")
+                     << interrupt_notice();
       return true;
     }
     return stop;
@@ -691,6 +681,11 @@ TrainResult Trainer::train() {
         copy_to_device(at, &v, sizeof v);
       }
       if (fault.kind == "sigterm") ::kill(::getpid(), SIGTERM);  // as Slurm or Ctrl-C would
+      if (fault.kind == "sigterm-mpirun") {  // as kill or scancel would, then mpirun's notice
+        ::kill(::getppid(), SIGTERM);
+        for (int i = 0; i < 600 && !interrupt_signal(); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     }
     const double t0 = now_s();
     const double comm0 = comm_.collective_seconds;

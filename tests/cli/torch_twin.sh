@@ -143,4 +143,20 @@ assert (t[k] == t['ranks.0.' + k]).all(), 'evaluation state rank0 is not rank 0s
 assert not (t['ranks.0.' + k] == t['ranks.1.' + k]).all(), 'rank-local states are equal'
 print('ok   export holds both ranks\' PN state (they differ), evaluation state = rank 0\'s')
 " || failed=1
+
+# A configs/ptb_small.ini checkpoint exports with no flag at all (the model and its corpus come
+# from the checkpoint); the twin reads it back to pntrain's validation loss. Skipped without
+# ../shared/data/ptb beside the repository.
+ptb="$here/../../../shared/data/ptb"
+if [ -f "$ptb/train.txt" ]; then
+  ptb=$(realpath "$ptb")
+  "${mpirun[@]}" -np 2 "$pntrain" --config "$here/../../configs/ptb_small.ini" --data "$ptb" \
+    --max-update 3 --validate-interval-updates 0 --threads 1 --save-dir ptb 2>>"$work/log"
+  ours=$("$pntrain" --eval-only --restore-file ptb/checkpoint_3 --threads 1 2>>"$work/log")
+  "$pnexport" ptb/checkpoint_3 --out ptb.safetensors >/dev/null
+  compare "configs/ptb_small.ini exported with no flags" "$ours" \
+          "$("$py" "$twin" ptb.safetensors --data "$ptb")"
+else
+  echo "skipped: no ../shared/data/ptb beside the repository for the ptb_small export"
+fi
 exit $failed
