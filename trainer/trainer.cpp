@@ -531,74 +531,150 @@ void Trainer::check_consistency(int64_t update) {
         "flip or non-deterministic hardware): restart from the last checkpoint");
 }
 
-TrainResult Trainer::train() {
-  const int R = comm_.size(), rank = comm_.rank();
-  const Fault fault = parse_fault(opt_.debug_fault);
-  // The task's half of the loop: micro_step runs this rank's share of one micro-batch of an
-  // update through the model (forward and backward); epoch_of places an update in the data.
+// The task's half of the update loop: micro_step runs this rank's share of one micro-batch of
+// an update through the model (forward and backward), adding its loss sums to
+// update_sums_[0..2] on the device; epoch_of places an update in the data.
+struct Trainer::Task {
   using GradsReady = std::function<void(size_t)>;
-  // micro_step adds its loss sums to update_sums_[0..2] on the device.
-  std::function<void(int64_t, int, uint64_t, const GradsReady&)> micro_step;
-  std::function<double(int64_t)> epoch_of;
+  std::function<void(int64_t update, int micro, uint64_t dropout_seed, const GradsReady&)>
+      micro_step;
+  std::function<double(int64_t update)> epoch_of;
   std::unique_ptr<SampleSet> train_set;
   std::unique_ptr<SampleOrder> order;
   std::vector<std::vector<int64_t>> update_batches;
   Batch batch;
   ParallelBatch pbatch;
   std::vector<int64_t> ids, positions;
+};
+
+// What one call of train() carries from update to update.
+struct Trainer::Run {
+  Fault fault;
+  Schedule schedule;
+  int keep = 0;  // checkpoints kept (0: all)
+  bool json_log = false;
+  double t_start = 0;
+  // The sums of the updates since the last progress line.
+  double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
+  int log_updates = 0;
+  int bad_in_row = 0;  // early stopping's state is the trainer's (best_valid_), in checkpoints
+  TrainResult result;
+};
+
+// One update's sums over every rank and its time split (rank 0's).
+struct Trainer::UpdateStats {
+  double loss_sum = 0, nll_sum = 0, ntok = 0, loss = 0, nll = 0, grad_sumsq = 0, lr = 0;
+  double wall = 0, fwd_s = 0, bwd_s = 0, stats_comm_s = 0, grad_comm_s = 0, optim_s = 0;
+};
+
+// One update is: gather this rank's micro-batches through forward and backward (the gradient
+// all-reduce starts during the last backward), finish the all-reduce, and step (or skip a
+// non-finite update). Then the periodic work: logging, the cross-rank check, validation, and the
+// end of the update (checkpoints, and the stop every rank agrees on).
+TrainResult Trainer::train() {
+  Task task;
+  make_task(&task);
+  Run run = start_run();
+  auto is_last = [&](int64_t update) {
+    return update + 1 == opt_.max_update ||
+           (opt_.max_epoch > 0 && task.epoch_of(update + 1) >= opt_.max_epoch);
+  };
+  for (int64_t update = start_update_; update < opt_.max_update; ++update) {
+    if (opt_.max_epoch > 0 && task.epoch_of(update) >= opt_.max_epoch) {
+      if (comm_.rank() == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
+      break;
+    }
+    if (watchdog_) watchdog_->beat("the start of an update");
+    inject_fault(run, update);
+    UpdateStats stats;
+    const double t0 = now_s();
+    forward_backward(task, update, &stats);
+    allreduce_gradients(run, update, &stats);
+    if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_sumsq)) {
+      skip_update(&run, update, stats.loss);
+      if (end_update(task, &run, update, is_last(update), false)) break;
+      continue;
+    }
+    run.bad_in_row = 0;
+    optimizer_step(run, update, &stats);
+    stats.wall = now_s() - t0;
+
+    record_update(task, &run, update, stats);
+    if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 &&
+        comm_.size() > 1)
+      check_consistency(update + 1);
+    const bool last = is_last(update);
+    const bool stop = validate_if_due(&run, update, last);
+    if (watchdog_) watchdog_->beat("validation or a checkpoint");
+    if (end_update(task, &run, update, last, stop)) break;
+  }
+  run.result.wall_s = now_s() - run.t_start;
+  if (std::isfinite(best_valid_)) run.result.best_valid_nll = best_valid_;
+  run.result.checkpoint = last_checkpoint_;
+  return run.result;
+}
+
+void Trainer::make_task(Task* t) {
+  const int R = comm_.size(), rank = comm_.rank();
+  using GradsReady = Task::GradsReady;
   if (mt_) {
     // SPEC 5 for padded batches (translation_data.h): update batches of the global tokens per
     // update, visited in a seeded order, cut into update_freq x ranks contiguous pieces.
-    update_batches = length_batches(parallel_.train, int64_t(opt_.max_tokens) * R *
-                                                         opt_.update_freq);
-    if (update_batches.empty())
+    t->update_batches = length_batches(parallel_.train, int64_t(opt_.max_tokens) * R *
+                                                            opt_.update_freq);
+    if (t->update_batches.empty())
       throw std::runtime_error("the training split '" + opt_.train_subset + "' is empty");
-    order = std::make_unique<SampleOrder>(int64_t(update_batches.size()), opt_.seed);
-    epoch_of = [&](int64_t update) { return double(update) / double(update_batches.size()); };
-    micro_step = [&](int64_t update, int micro, uint64_t dseed, const GradsReady& ready) {
-      const auto& ub = update_batches[size_t(order->sample(update))];
+    t->order = std::make_unique<SampleOrder>(int64_t(t->update_batches.size()), opt_.seed);
+    t->epoch_of = [t](int64_t update) {
+      return double(update) / double(t->update_batches.size());
+    };
+    t->micro_step = [this, t, R, rank](int64_t update, int micro, uint64_t dseed,
+                                       const GradsReady& ready) {
+      const auto& ub = t->update_batches[size_t(t->order->sample(update))];
       make_parallel_batch(parallel_.train,
-                          batch_piece(ub, micro * R + rank, opt_.update_freq * R), &pbatch);
-      mt_->forward_backward(pbatch, 1.0f, dseed, update_sums_.data(), ready);
+                          batch_piece(ub, micro * R + rank, opt_.update_freq * R), &t->pbatch);
+      mt_->forward_backward(t->pbatch, 1.0f, dseed, update_sums_.data(), ready);
     };
-  } else {
-    train_set = std::make_unique<SampleSet>(corpus_.train, opt_.tokens_per_sample,
-                                            /*keep_tail=*/false);
-    if (train_set->count == 0)
-      throw std::runtime_error("the training data holds fewer than " +
-                               std::to_string(opt_.tokens_per_sample + 1) +
-                               " tokens: lower --tokens-per-sample or give more text");
-    order = std::make_unique<SampleOrder>(train_set->count, opt_.seed);
-    // Samples per micro-batch over all ranks: the update's tokens do not depend on its split.
-    const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
-    const int64_t update_samples = micro_samples * opt_.update_freq;
-    if (rank == 0 && train_set->count < update_samples)
-      LOG(WARNING) << "the training split holds " << train_set->count << " samples of "
-                   << opt_.tokens_per_sample << " tokens (" << corpus_.train.size()
-                   << " tokens), fewer than one update takes (" << update_samples
-                   << " samples = --max-tokens " << opt_.max_tokens << " x " << R
-                   << " ranks x --update-freq " << opt_.update_freq
-                   << "): samples repeat within every update; lower --max-tokens or "
-                   << "--update-freq, or give more data";
-    const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
-    epoch_of = [&, micro_samples](int64_t update) {
-      return double(update * opt_.update_freq * micro_samples) / double(train_set->count);
-    };
-    micro_step = [&, micro_samples, stats_groups](int64_t update, int micro, uint64_t dseed,
-                                                  const GradsReady& ready) {
-      const int64_t g0 = (update * opt_.update_freq + micro) * micro_samples;
-      rank_samples(g0, micro_samples, stats_groups, rank, R, &positions);
-      ids.clear();
-      for (int64_t p : positions) ids.push_back(order->sample(p));
-      train_set->make_batch(ids, &batch);
-      model_->forward_backward(batch, 1.0f, dseed, update_sums_.data(), ready);
-    };
+    return;
   }
-  auto& params = this->params();
-  const size_t nparam = params.size();
+  t->train_set = std::make_unique<SampleSet>(corpus_.train, opt_.tokens_per_sample,
+                                             /*keep_tail=*/false);
+  if (t->train_set->count == 0)
+    throw std::runtime_error("the training data holds fewer than " +
+                             std::to_string(opt_.tokens_per_sample + 1) +
+                             " tokens: lower --tokens-per-sample or give more text");
+  t->order = std::make_unique<SampleOrder>(t->train_set->count, opt_.seed);
+  // Samples per micro-batch over all ranks: the update's tokens do not depend on its split.
+  const int64_t micro_samples = int64_t(opt_.max_tokens) * R / opt_.tokens_per_sample;
+  const int64_t update_samples = micro_samples * opt_.update_freq;
+  if (rank == 0 && t->train_set->count < update_samples)
+    LOG(WARNING) << "the training split holds " << t->train_set->count << " samples of "
+                 << opt_.tokens_per_sample << " tokens (" << corpus_.train.size()
+                 << " tokens), fewer than one update takes (" << update_samples
+                 << " samples = --max-tokens " << opt_.max_tokens << " x " << R
+                 << " ranks x --update-freq " << opt_.update_freq
+                 << "): samples repeat within every update; lower --max-tokens or "
+                 << "--update-freq, or give more data";
+  const int stats_groups = stats_groups_per_micro_step(opt_);  // ghost statistics groups
+  t->epoch_of = [this, t, micro_samples](int64_t update) {
+    return double(update * opt_.update_freq * micro_samples) / double(t->train_set->count);
+  };
+  t->micro_step = [this, t, R, rank, micro_samples, stats_groups](
+                      int64_t update, int micro, uint64_t dseed, const GradsReady& ready) {
+    const int64_t g0 = (update * opt_.update_freq + micro) * micro_samples;
+    rank_samples(g0, micro_samples, stats_groups, rank, R, &t->positions);
+    t->ids.clear();
+    for (int64_t p : t->positions) t->ids.push_back(t->order->sample(p));
+    t->train_set->make_batch(t->ids, &t->batch);
+    model_->forward_backward(t->batch, 1.0f, dseed, update_sums_.data(), ready);
+  };
+}
+
+Trainer::Run Trainer::start_run() {
+  Run run;
+  run.fault = parse_fault(opt_.debug_fault);
   plan_buckets();
-  TrainResult result;
-  Schedule schedule;
+  Schedule& schedule = run.schedule;
   schedule.scheduler = opt_.lr_scheduler;
   schedule.lr = opt_.lr;
   schedule.warmup_init_lr = opt_.warmup_init_lr;
@@ -611,268 +687,274 @@ TrainResult Trainer::train() {
   schedule.end_learning_rate = opt_.end_learning_rate;
   schedule.power = opt_.power;
   schedule.total_num_update = opt_.total_num_update;
-  const int keep = opt_.keep_last > 0 ? opt_.keep_last : opt_.keep_last_epochs;
-  const bool json_log = opt_.log_format == "json";
-  if (rank == 0 && !json_log)
+  run.keep = opt_.keep_last > 0 ? opt_.keep_last : opt_.keep_last_epochs;
+  run.json_log = opt_.log_format == "json";
+  if (comm_.rank() == 0 && !run.json_log)
     LOG(INFO) << "progress lines: loss, nll and ppl average over the target tokens of the "
               << "updates since the previous line; tok/s counts target tokens of all ranks";
-  const double t_start = now_s();
-  int log_updates = 0;
-  // The end of every update, skipped ones too: checkpoints at intervals and at the end, and the
-  // stop on SIGINT/SIGTERM that every rank agrees on. Returns true when training ends here.
-  auto end_update = [&](int64_t update, bool last, bool stop) {
-    // fairseq's --save-interval: at the end of every N-th epoch.
-    const double epoch_done = std::floor(epoch_of(update + 1));
-    const bool epoch_save = opt_.save_interval > 0 && epoch_done > std::floor(epoch_of(update)) &&
-                            int64_t(epoch_done) % opt_.save_interval == 0;
-    // Every rank stops after the same update: the flag of any rank that was signalled.
-    double signal = interrupt_signal();
-    if (R > 1) comm_.allreduce_max(&signal, 1);
-    const bool final_save = last || stop || signal > 0;
-    if (!opt_.save_dir.empty() &&
-        (final_save || epoch_save ||
-         (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0))) {
-      if (!save_checkpoint(update + 1, "", keep, final_save) && final_save)
-        result.final_save_failed = true;
-    }
-    if (signal > 0) {
-      result.interrupted = int(signal);
-      if (rank == 0)
-        LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
-                     << update + 1
-                     << (opt_.save_dir.empty()
-                             ? "; nothing saved (no --save-dir)"
-                             : result.final_save_failed ? "; its checkpoint was not saved"
-                                                        : "; the same command resumes")
-                     << interrupt_notice();
-      return true;
-    }
-    return stop;
-  };
-  auto is_last = [&](int64_t update) {
-    return update + 1 == opt_.max_update ||
-           (opt_.max_epoch > 0 && epoch_of(update + 1) >= opt_.max_epoch);
-  };
+  run.t_start = now_s();
+  return run;
+}
 
-  double log_loss = 0, log_nll = 0, log_tokens = 0, log_time = 0;
-  int bad_in_row = 0;
-  double& best_valid = best_valid_;
-  int& validations_without_gain = validations_without_gain_;
-  for (int64_t update = start_update_; update < opt_.max_update; ++update) {
-    if (opt_.max_epoch > 0 && epoch_of(update) >= opt_.max_epoch) {
-      if (rank == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
-      break;
-    }
-    if (watchdog_) watchdog_->beat("the start of an update");
-    if (fault.update == update + 1 && fault.rank == rank) {
-      if (fault.kind == "exit") {
-        std::fprintf(stderr, "pntrain: rank %d exits (--debug-fault %s)\n", rank,
-                     opt_.debug_fault.c_str());
-        std::_Exit(9);
-      }
-      if (fault.kind == "hang")
-        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-      if (fault.kind == "perturb") {
-        float* at = params.data.data() + params.specs.back().offset;
-        float v;
-        copy_to_host(&v, at, sizeof v);
-        synchronize();
-        v += 1.0f;
-        copy_to_device(at, &v, sizeof v);
-      }
-      if (fault.kind == "sigterm") ::kill(::getpid(), SIGTERM);  // as Slurm or Ctrl-C would
-      if (fault.kind == "sigterm-mpirun") {  // as kill or scancel would, then mpirun's notice
-        ::kill(::getppid(), SIGTERM);
-        for (int i = 0; i < 600 && !interrupt_signal(); ++i)
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    }
-    const double t0 = now_s();
-    const double comm0 = comm_.collective_seconds;
-    double fwd_s = 0, bwd_s = 0;
-    k::fill<float>(params.grad.data(), nparam, 0.0f);
-    k::fill<double>(update_sums_.data(), update_sums_.size(), 0.0);
-    for (int micro = 0; micro < opt_.update_freq; ++micro) {
-      if (watchdog_) watchdog_->beat("a training micro-step");
-      const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
-      // Gradients are reduced once per update: buckets start during the last backward.
-      const bool last_micro = micro + 1 == opt_.update_freq;
-      const bool overlap = last_micro && R > 1 && opt_.bucket_mb > 0;
-      micro_step(update, micro, dseed,
-                 overlap ? GradsReady([&](size_t begin) {
-                   for (Bucket& bk : buckets_) {
-                     if (bk.sum == Bucket::Sum::idle && bk.begin >= begin)
-                       start_gradient_allreduce(bk);
-                     else if (bk.sum == Bucket::Sum::host)
-                       comm_.test(bk.host);  // MPI progresses inside MPI calls
-                   }
-                 })
-                         : nullptr);
-      fwd_s += mt_ ? mt_->forward_s : model_->forward_s;
-      bwd_s += mt_ ? mt_->backward_s : model_->backward_s;
-    }
-    if (watchdog_) watchdog_->beat("the gradient all-reduce");
-    const double stats_comm_s = comm_.collective_seconds - comm0;
-    const double comm1 = comm_.collective_seconds;
-    if (R > 1) {
-      if (!(opt_.bucket_mb > 0)) start_gradient_allreduce(buckets_.front());  // one bucket
-      finish_gradient_allreduce();
-    }
-    // One pass over the reduced gradient gives both the NaN/Inf guard and the norm for
-    // clipping; then the host reads the update's five sums, its one read of the device.
-    k::grad_stats_acc<float>(params.grad.data(), nparam, update_sums_.data() + 3);
-    const std::vector<double> host_sums = update_sums_.to_host();
-    double sums[3] = {host_sums[0], host_sums[1], host_sums[2]};
-    if (fault.kind == "nan" && fault.update == update + 1) sums[0] = sums[1] = NAN;
-    comm_.allreduce_sum(sums, 3);
-    const double grad_comm_s = comm_.collective_seconds - comm1;
-    const double ntok = sums[2];
-    const double loss = sums[0] / ntok, nll = sums[1] / ntok;
-    const double t_opt = now_s();
-    const double grad_sumsq = host_sums[4] > 0 ? NAN : host_sums[3];
-    if (!std::isfinite(loss) || !std::isfinite(grad_sumsq)) {
-      // Skip: no parameter, optimizer or schedule change; give up after a run of them.
-      ++bad_in_row;
-      if (rank == 0)
-        LOG(WARNING) << "update " << update + 1 << ": loss " << loss
-                     << " or a gradient is not finite; update skipped (" << bad_in_row << " of "
-                     << opt_.max_bad_updates << " allowed in a row)";
-      if (bad_in_row >= opt_.max_bad_updates) {
-        std::ostringstream m;
-        m << "the training loss or gradient was NaN/Inf for " << bad_in_row
-          << " updates in a row (last loss " << loss << " at update " << update + 1
-          << "): lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
-        throw AgreedError(m.str());
-      }
-      if (end_update(update, is_last(update), false)) break;
-      continue;
-    }
-    bad_in_row = 0;
-    k::scale_inplace<float>(params.grad.data(), nparam, float(1.0 / ntok));
-    if (opt_.clip_norm > 0) {
-      const double gnorm = std::sqrt(grad_sumsq) / ntok;  // of the normalised gradient
-      if (gnorm > opt_.clip_norm)
-        k::scale_inplace<float>(params.grad.data(), nparam, float(opt_.clip_norm / gnorm));
-    }
-    const double lr = learning_rate(schedule, update + 1);
-    k::adam_update(params.data.data(), params.grad.data(), adam_m_.data(), adam_v_.data(), nparam,
-                   float(lr), float(opt_.adam_beta1), float(opt_.adam_beta2),
-                   float(opt_.adam_eps), float(opt_.weight_decay), update + 1);
-    const double optim_s = now_s() - t_opt;
-    const double wall = now_s() - t0;
-    result.updates = update + 1;
-    result.last_loss = loss;
-    result.last_nll = nll;
-    result.losses.push_back(loss);
-    log_loss += sums[0], log_nll += sums[1], log_tokens += ntok, log_time += wall;
-    ++log_updates;
-    result.tokens += ntok;
-    if (rank == 0) {
-      nlohmann::json j = {{"update", update + 1}, {"loss", loss},          {"nll_loss", nll},
-                          {"ntokens", ntok},      {"lr", lr},              {"wall_s", wall},
-                          {"tokens_per_s", ntok / wall}};
-      // Time split of rank 0: forward and backward include the statistics all-reduces of
-      // synchronized norms (also given alone); grad_comm_s is the gradient all-reduce time
-      // not hidden behind the backward.
-      j["time"] = {{"forward_s", fwd_s},           {"backward_s", bwd_s},
-                   {"stats_comm_s", stats_comm_s}, {"grad_comm_s", grad_comm_s},
-                   {"optimizer_s", optim_s}};
-      j["peak_rss_mb"] = peak_rss_mb();
-      if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
-        nlohmann::json probe = nlohmann::json::object();
-        for (auto& [name, norm] : probed_)
-          for (const auto& [key, value] : norm->probed()->probe_values) probe[name][key] = value;
-        j["norm_stats"] = probe;
-      }
-      write_metrics(j.dump());
-      if (opt_.log_timing)
-        LOG(INFO) << std::fixed << std::setprecision(1) << "timing | update " << update + 1
-                  << " | forward " << 1e3 * fwd_s << " ms | backward " << 1e3 * bwd_s
-                  << " ms (stats all-reduce " << 1e3 * stats_comm_s << " ms) | gradient "
-                  << "all-reduce exposed " << 1e3 * grad_comm_s << " ms | optimizer "
-                  << 1e3 * optim_s << " ms | peak rss " << std::setprecision(0) << peak_rss_mb()
-                  << " MB";
-      if ((update + 1) % opt_.log_interval == 0 || update == 0) {
-        const double elapsed = now_s() - t_start;
-        const double eta = elapsed / double(update + 1 - start_update_) *
-                           double(opt_.max_update - update - 1);
-        if (json_log) {
-          nlohmann::json p = {{"update", update + 1},
-                              {"max_update", opt_.max_update},
-                              {"epoch", epoch_of(update + 1)},
-                              {"loss", log_loss / log_tokens},
-                              {"nll_loss", log_nll / log_tokens},
-                              {"ppl", std::exp(log_nll / log_tokens)},
-                              {"averaged_updates", log_updates},
-                              {"lr", lr},
-                              {"tokens_per_s", log_tokens / log_time},
-                              {"wall_s", elapsed},
-                              {"eta_s", eta}};
-          LOG(INFO) << p.dump();
-        } else {
-          const int64_t eta_s = int64_t(eta + 0.5);
-          std::ostringstream line;
-          line << std::fixed << std::setprecision(3) << "update " << update + 1 << "/"
-               << opt_.max_update << " | epoch " << std::setprecision(2)
-               << epoch_of(update + 1) << std::setprecision(3) << " | loss "
-               << log_loss / log_tokens << " | nll " << log_nll / log_tokens << " | ppl "
-               << std::setprecision(2) << std::exp(log_nll / log_tokens) << " (of "
-               << log_updates << (log_updates == 1 ? " update" : " updates") << ")"
-               << std::scientific << std::setprecision(3) << " | lr " << lr << std::fixed
-               << std::setprecision(0) << " | tok/s " << log_tokens / log_time << " | wall "
-               << std::setprecision(1) << elapsed << "s | eta ";
-          if (eta_s >= 3600) line << eta_s / 3600 << "h" << std::setw(2) << std::setfill('0')
-                                  << eta_s / 60 % 60 << "m";
-          else if (eta_s >= 60) line << eta_s / 60 << "m" << std::setw(2) << std::setfill('0')
-                                     << eta_s % 60 << "s";
-          else line << eta_s << "s";
-          if (corpus_.entropy_floor > 0)
-            line << std::setprecision(3) << " | floor " << corpus_.entropy_floor;
-          LOG(INFO) << line.str();
-        }
-        log_updates = 0;
-        log_loss = log_nll = log_tokens = log_time = 0;
-      }
-    }
-    if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 && R > 1)
-      check_consistency(update + 1);
-    const bool last = is_last(update);
-    bool stop = false;
-    if (opt_.validate_interval_updates > 0 &&
-        ((update + 1) % opt_.validate_interval_updates == 0 || last)) {
-      const EvalResult v = mt_ ? evaluate(parallel_.valid) : evaluate(corpus_.valid);
-      result.valid_nll = v.nll;
-      if (rank == 0) {
-        nlohmann::json j = {{"update", update + 1},
-                            {"valid_loss", v.nll},
-                            {"valid_ppl", std::exp(v.nll)}};
-        if (json_log)
-          LOG(INFO) << nlohmann::json({{"valid", j}, {"tokens", int64_t(v.ntokens)}}).dump();
-        else
-          LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
-                    << " | loss " << v.nll << " | ppl " << std::setprecision(2)
-                    << std::exp(v.nll) << " | tokens " << int64_t(v.ntokens)
-                    << " (every valid token)";
-        write_metrics(j.dump());
-      }
-      if (v.nll < best_valid) {
-        best_valid = v.nll;
-        validations_without_gain = 0;
-        if (!opt_.save_dir.empty()) save_checkpoint(update + 1, "checkpoint_best");
-      } else if (opt_.patience > 0 && ++validations_without_gain >= opt_.patience) {
-        if (rank == 0)
-          LOG(INFO) << "early stop: no validation improvement for " << opt_.patience
-                    << " validations (--patience)";
-        stop = true;
-      }
-    }
-    if (watchdog_) watchdog_->beat("validation or a checkpoint");
-    if (end_update(update, last, stop)) break;
+void Trainer::inject_fault(const Run& run, int64_t update) {
+  const Fault& fault = run.fault;
+  const int rank = comm_.rank();
+  if (fault.update != update + 1 || fault.rank != rank) return;
+  if (fault.kind == "exit") {
+    std::fprintf(stderr, "pntrain: rank %d exits (--debug-fault %s)\n", rank,
+                 opt_.debug_fault.c_str());
+    std::_Exit(9);
   }
-  result.wall_s = now_s() - t_start;
-  if (std::isfinite(best_valid)) result.best_valid_nll = best_valid;
-  result.checkpoint = last_checkpoint_;
-  return result;
+  if (fault.kind == "hang")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (fault.kind == "perturb") {
+    ParamStore<float>& params = this->params();
+    float* at = params.data.data() + params.specs.back().offset;
+    float v;
+    copy_to_host(&v, at, sizeof v);
+    synchronize();
+    v += 1.0f;
+    copy_to_device(at, &v, sizeof v);
+  }
+  if (fault.kind == "sigterm") ::kill(::getpid(), SIGTERM);  // as Slurm or Ctrl-C would
+  if (fault.kind == "sigterm-mpirun") {  // as kill or scancel would, then mpirun's notice
+    ::kill(::getppid(), SIGTERM);
+    for (int i = 0; i < 600 && !interrupt_signal(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+void Trainer::forward_backward(Task& task, int64_t update, UpdateStats* s) {
+  const int R = comm_.size(), rank = comm_.rank();
+  ParamStore<float>& params = this->params();
+  const double comm0 = comm_.collective_seconds;
+  k::fill<float>(params.grad.data(), params.size(), 0.0f);
+  k::fill<double>(update_sums_.data(), update_sums_.size(), 0.0);
+  for (int micro = 0; micro < opt_.update_freq; ++micro) {
+    if (watchdog_) watchdog_->beat("a training micro-step");
+    const uint64_t dseed = mix(mix(opt_.seed, uint64_t(update)), uint64_t(micro * R + rank));
+    // Gradients are reduced once per update: buckets start during the last backward.
+    const bool last_micro = micro + 1 == opt_.update_freq;
+    const bool overlap = last_micro && R > 1 && opt_.bucket_mb > 0;
+    task.micro_step(update, micro, dseed,
+                    overlap ? Task::GradsReady([&](size_t begin) {
+                      for (Bucket& bk : buckets_) {
+                        if (bk.sum == Bucket::Sum::idle && bk.begin >= begin)
+                          start_gradient_allreduce(bk);
+                        else if (bk.sum == Bucket::Sum::host)
+                          comm_.test(bk.host);  // MPI progresses inside MPI calls
+                      }
+                    })
+                            : nullptr);
+    s->fwd_s += mt_ ? mt_->forward_s : model_->forward_s;
+    s->bwd_s += mt_ ? mt_->backward_s : model_->backward_s;
+  }
+  s->stats_comm_s = comm_.collective_seconds - comm0;
+}
+
+void Trainer::allreduce_gradients(const Run& run, int64_t update, UpdateStats* s) {
+  if (watchdog_) watchdog_->beat("the gradient all-reduce");
+  ParamStore<float>& params = this->params();
+  const double comm1 = comm_.collective_seconds;
+  if (comm_.size() > 1) {
+    if (!(opt_.bucket_mb > 0)) start_gradient_allreduce(buckets_.front());  // one bucket
+    finish_gradient_allreduce();
+  }
+  // One pass over the reduced gradient gives both the NaN/Inf guard and the norm for
+  // clipping; then the host reads the update's five sums, its one read of the device.
+  k::grad_stats_acc<float>(params.grad.data(), params.size(), update_sums_.data() + 3);
+  const std::vector<double> host_sums = update_sums_.to_host();
+  double sums[3] = {host_sums[0], host_sums[1], host_sums[2]};
+  if (run.fault.kind == "nan" && run.fault.update == update + 1) sums[0] = sums[1] = NAN;
+  comm_.allreduce_sum(sums, 3);
+  s->grad_comm_s = comm_.collective_seconds - comm1;
+  s->loss_sum = sums[0], s->nll_sum = sums[1], s->ntok = sums[2];
+  s->loss = sums[0] / s->ntok, s->nll = sums[1] / s->ntok;
+  s->grad_sumsq = host_sums[4] > 0 ? NAN : host_sums[3];
+}
+
+void Trainer::skip_update(Run* run, int64_t update, double loss) {
+  // No parameter, optimizer or schedule change; give up after a run of them.
+  ++run->bad_in_row;
+  if (comm_.rank() == 0)
+    LOG(WARNING) << "update " << update + 1 << ": loss " << loss
+                 << " or a gradient is not finite; update skipped (" << run->bad_in_row
+                 << " of " << opt_.max_bad_updates << " allowed in a row)";
+  if (run->bad_in_row >= opt_.max_bad_updates) {
+    std::ostringstream m;
+    m << "the training loss or gradient was NaN/Inf for " << run->bad_in_row
+      << " updates in a row (last loss " << loss << " at update " << update + 1
+      << "): lower --lr (now " << opt_.lr << "), raise --warmup-updates or set --clip-norm";
+    throw AgreedError(m.str());
+  }
+}
+
+void Trainer::optimizer_step(const Run& run, int64_t update, UpdateStats* s) {
+  const double t_opt = now_s();
+  ParamStore<float>& params = this->params();
+  const size_t nparam = params.size();
+  k::scale_inplace<float>(params.grad.data(), nparam, float(1.0 / s->ntok));
+  if (opt_.clip_norm > 0) {
+    const double gnorm = std::sqrt(s->grad_sumsq) / s->ntok;  // of the normalised gradient
+    if (gnorm > opt_.clip_norm)
+      k::scale_inplace<float>(params.grad.data(), nparam, float(opt_.clip_norm / gnorm));
+  }
+  s->lr = learning_rate(run.schedule, update + 1);
+  k::adam_update(params.data.data(), params.grad.data(), adam_m_.data(), adam_v_.data(), nparam,
+                 float(s->lr), float(opt_.adam_beta1), float(opt_.adam_beta2),
+                 float(opt_.adam_eps), float(opt_.weight_decay), update + 1);
+  s->optim_s = now_s() - t_opt;
+}
+
+void Trainer::record_update(const Task& task, Run* run, int64_t update, const UpdateStats& s) {
+  TrainResult& result = run->result;
+  result.updates = update + 1;
+  result.last_loss = s.loss;
+  result.last_nll = s.nll;
+  result.losses.push_back(s.loss);
+  run->log_loss += s.loss_sum, run->log_nll += s.nll_sum, run->log_tokens += s.ntok,
+      run->log_time += s.wall;
+  ++run->log_updates;
+  result.tokens += s.ntok;
+  if (comm_.rank() != 0) return;
+  const double wall = s.wall, ntok = s.ntok, lr = s.lr;
+  nlohmann::json j = {{"update", update + 1}, {"loss", s.loss},        {"nll_loss", s.nll},
+                      {"ntokens", ntok},      {"lr", lr},              {"wall_s", wall},
+                      {"tokens_per_s", ntok / wall}};
+  // Time split of rank 0: forward and backward include the statistics all-reduces of
+  // synchronized norms (also given alone); grad_comm_s is the gradient all-reduce time
+  // not hidden behind the backward.
+  j["time"] = {{"forward_s", s.fwd_s},           {"backward_s", s.bwd_s},
+               {"stats_comm_s", s.stats_comm_s}, {"grad_comm_s", s.grad_comm_s},
+               {"optimizer_s", s.optim_s}};
+  j["peak_rss_mb"] = peak_rss_mb();
+  if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
+    nlohmann::json probe = nlohmann::json::object();
+    for (auto& [name, norm] : probed_)
+      for (const auto& [key, value] : norm->probed()->probe_values) probe[name][key] = value;
+    j["norm_stats"] = probe;
+  }
+  write_metrics(j.dump());
+  if (opt_.log_timing)
+    LOG(INFO) << std::fixed << std::setprecision(1) << "timing | update " << update + 1
+              << " | forward " << 1e3 * s.fwd_s << " ms | backward " << 1e3 * s.bwd_s
+              << " ms (stats all-reduce " << 1e3 * s.stats_comm_s << " ms) | gradient "
+              << "all-reduce exposed " << 1e3 * s.grad_comm_s << " ms | optimizer "
+              << 1e3 * s.optim_s << " ms | peak rss " << std::setprecision(0) << peak_rss_mb()
+              << " MB";
+  if ((update + 1) % opt_.log_interval != 0 && update != 0) return;
+  const double elapsed = now_s() - run->t_start;
+  // The last update that --max-update and --max-epoch allow (early stopping aside).
+  int64_t last_update = opt_.max_update;
+  if (opt_.max_epoch > 0)
+    last_update = std::min<int64_t>(
+        last_update, int64_t(std::ceil(double(opt_.max_epoch) / task.epoch_of(1) - 1e-9)));
+  const double eta = elapsed / double(update + 1 - start_update_) *
+                     double(std::max<int64_t>(0, last_update - update - 1));
+  const double log_tokens = run->log_tokens;
+  if (run->json_log) {
+    nlohmann::json p = {{"update", update + 1},
+                        {"max_update", opt_.max_update},
+                        {"epoch", task.epoch_of(update + 1)},
+                        {"loss", run->log_loss / log_tokens},
+                        {"nll_loss", run->log_nll / log_tokens},
+                        {"ppl", std::exp(run->log_nll / log_tokens)},
+                        {"averaged_updates", run->log_updates},
+                        {"lr", lr},
+                        {"tokens_per_s", log_tokens / run->log_time},
+                        {"wall_s", elapsed},
+                        {"eta_s", eta}};
+    LOG(INFO) << p.dump();
+  } else {
+    const int64_t eta_s = int64_t(eta + 0.5);
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(3) << "update " << update + 1 << "/"
+         << last_update << " | epoch " << std::setprecision(2)
+         << task.epoch_of(update + 1) << std::setprecision(3) << " | loss "
+         << run->log_loss / log_tokens << " | nll " << run->log_nll / log_tokens << " | ppl "
+         << std::setprecision(2) << std::exp(run->log_nll / log_tokens) << " (of "
+         << run->log_updates << (run->log_updates == 1 ? " update" : " updates") << ")"
+         << std::scientific << std::setprecision(3) << " | lr " << lr << std::fixed
+         << std::setprecision(0) << " | tok/s " << log_tokens / run->log_time << " | wall "
+         << std::setprecision(1) << elapsed << "s | eta ";
+    if (eta_s >= 3600) line << eta_s / 3600 << "h" << std::setw(2) << std::setfill('0')
+                            << eta_s / 60 % 60 << "m";
+    else if (eta_s >= 60) line << eta_s / 60 << "m" << std::setw(2) << std::setfill('0')
+                               << eta_s % 60 << "s";
+    else line << eta_s << "s";
+    if (corpus_.entropy_floor > 0)
+      line << std::setprecision(3) << " | floor " << corpus_.entropy_floor;
+    LOG(INFO) << line.str();
+  }
+  run->log_updates = 0;
+  run->log_loss = run->log_nll = run->log_tokens = run->log_time = 0;
+}
+
+bool Trainer::validate_if_due(Run* run, int64_t update, bool last) {
+  if (!(opt_.validate_interval_updates > 0 &&
+        ((update + 1) % opt_.validate_interval_updates == 0 || last)))
+    return false;
+  const int rank = comm_.rank();
+  const EvalResult v = mt_ ? evaluate(parallel_.valid) : evaluate(corpus_.valid);
+  run->result.valid_nll = v.nll;
+  if (rank == 0) {
+    nlohmann::json j = {{"update", update + 1},
+                        {"valid_loss", v.nll},
+                        {"valid_ppl", std::exp(v.nll)}};
+    if (run->json_log)
+      LOG(INFO) << nlohmann::json({{"valid", j}, {"tokens", int64_t(v.ntokens)}}).dump();
+    else
+      LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
+                << " | loss " << v.nll << " | ppl " << std::setprecision(2)
+                << std::exp(v.nll) << " | tokens " << int64_t(v.ntokens)
+                << " (every valid token)";
+    write_metrics(j.dump());
+  }
+  if (v.nll < best_valid_) {
+    best_valid_ = v.nll;
+    validations_without_gain_ = 0;
+    if (!opt_.save_dir.empty()) save_checkpoint(update + 1, "checkpoint_best");
+  } else if (opt_.patience > 0 && ++validations_without_gain_ >= opt_.patience) {
+    if (rank == 0)
+      LOG(INFO) << "early stop: no validation improvement for " << opt_.patience
+                << " validations (--patience)";
+    return true;
+  }
+  return false;
+}
+
+// The end of every update, skipped ones too: checkpoints at intervals and at the end, and the
+// stop on a signal that every rank agrees on. Returns true when training ends here.
+bool Trainer::end_update(const Task& task, Run* run, int64_t update, bool last, bool stop) {
+  TrainResult& result = run->result;
+  // fairseq's --save-interval: at the end of every N-th epoch.
+  const double epoch_done = std::floor(task.epoch_of(update + 1));
+  const bool epoch_save = opt_.save_interval > 0 &&
+                          epoch_done > std::floor(task.epoch_of(update)) &&
+                          int64_t(epoch_done) % opt_.save_interval == 0;
+  // Every rank stops after the same update: the flag of any rank that was signalled.
+  double signal = interrupt_signal();
+  if (comm_.size() > 1) comm_.allreduce_max(&signal, 1);
+  const bool final_save = last || stop || signal > 0;
+  if (!opt_.save_dir.empty() &&
+      (final_save || epoch_save ||
+       (opt_.save_interval_updates > 0 && (update + 1) % opt_.save_interval_updates == 0))) {
+    if (!save_checkpoint(update + 1, "", run->keep, final_save) && final_save)
+      result.final_save_failed = true;
+  }
+  if (signal > 0) {
+    result.interrupted = int(signal);
+    if (comm_.rank() == 0)
+      LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
+                   << update + 1
+                   << (opt_.save_dir.empty()
+                           ? "; nothing saved (no --save-dir)"
+                           : result.final_save_failed ? "; its checkpoint was not saved"
+                                                      : "; the same command resumes")
+                   << interrupt_notice();
+    return true;
+  }
+  return stop;
 }
 
 void Trainer::start_gradient_allreduce(Bucket& bk) {

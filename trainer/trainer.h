@@ -56,8 +56,8 @@ struct GenerateResult {
 
 // One training loop for both tasks: --arch transformer_lm (a Corpus, LanguageModel) and
 // --arch transformer (a ParallelCorpus, TranslationModel). Only the batches and the model's
-// forward/backward differ (train()'s `micro_step`); accumulation, the gradient all-reduce, the
-// NaN guard, checkpoints, validation and metrics are shared.
+// forward/backward differ (Task::micro_step in trainer.cpp); accumulation, the gradient
+// all-reduce, the NaN guard, checkpoints, validation and metrics are shared.
 class Trainer {
  public:
   Trainer(const Options& options, Communicator& comm, Corpus corpus);
@@ -137,6 +137,20 @@ class Trainer {
   // communicator allows it; finish_gradient_allreduce waits for every range started.
   void start_gradient_allreduce(Bucket& bucket);
   void finish_gradient_allreduce();
+  // train()'s phases (trainer.cpp), in the order of one update.
+  struct Task;         // the task's batches, forward and backward
+  struct Run;          // what one call of train() carries from update to update
+  struct UpdateStats;  // one update's sums and time split
+  void make_task(Task* task);
+  Run start_run();
+  void inject_fault(const Run& run, int64_t update);  // --debug-fault
+  void forward_backward(Task& task, int64_t update, UpdateStats* stats);
+  void allreduce_gradients(const Run& run, int64_t update, UpdateStats* stats);
+  void skip_update(Run* run, int64_t update, double loss);  // a non-finite update
+  void optimizer_step(const Run& run, int64_t update, UpdateStats* stats);
+  void record_update(const Task& task, Run* run, int64_t update, const UpdateStats& stats);
+  bool validate_if_due(Run* run, int64_t update, bool last);  // true: --patience stops
+  bool end_update(const Task& task, Run* run, int64_t update, bool last, bool stop);
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::pair<std::string, Norm<float>*>> probed_;  // --probe-norm-stats layers
 };
