@@ -199,6 +199,22 @@ def plot(rows, fits, sweep, path):
     return True
 
 
+
+def print_check(title, check, csv_path):
+    """Prints measured against predicted all-reduce times, marking ratios outside 25%, and
+    writes them to csv_path (nothing when check is empty)."""
+    if not check:
+        return
+    print("\nCHECK: " + title)
+    print("%-12s %5s %5s %5s %7s %9s %11s %12s %7s" % (
+        "norm", "ranks", "K", "over", "count", "bytes", "measured ms", "predicted ms", "ratio"))
+    for c in check:
+        print("%-12s %5s %5s %5s %7s %9s %11.3f %12.3f %7.2f%s" % (
+            c["norm"], c["ranks"], c["sync_group_size"], c["oversubscribed"],
+            "%.0f" % float(c["allreduces"]), c["bytes"], c["measured_ms"], c["predicted_ms"],
+            c["ratio"], "" if abs(c["ratio"] - 1) <= 0.25 else "  (outside 25%)"))
+    write_csv(csv_path, check)
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,18 +261,9 @@ def main():
                               oversubscribed=row["oversubscribed"], allreduces=n,
                               bytes=row["stats_bytes_per_update"], measured_ms=meas,
                               predicted_ms=pred, ratio=pred / meas if meas > 0 else float("nan")))
-        if check:
-            print("\nCHECK: statistics all-reduce per update, MEASURED by pnbench vs PREDICTED "
-                  "from its counts and the fit of its sync group's ranks")
-            print("%-12s %5s %5s %5s %7s %9s %11s %12s %7s" % (
-                "norm", "ranks", "K", "over", "count", "bytes", "measured ms", "predicted ms",
-                "ratio"))
-            for c in check:
-                print("%-12s %5s %5d %5s %7.0f %9s %11.3f %12.3f %7.2f%s" % (
-                    c["norm"], c["ranks"], c["sync_group_size"], c["oversubscribed"],
-                    c["allreduces"], c["bytes"], c["measured_ms"], c["predicted_ms"],
-                    c["ratio"], "" if abs(c["ratio"] - 1) <= 0.25 else "  (outside 25%)"))
-            write_csv(os.path.join(a.out, "check.csv"), check)
+        print_check("statistics all-reduce per update, MEASURED by pnbench vs PREDICTED from "
+                    "its counts and the fit of its sync group's ranks", check,
+                    os.path.join(a.out, "check.csv"))
 
     replay_path = os.path.join(os.path.dirname(os.path.abspath(a.sweep)), "replay.csv")
     if os.path.exists(replay_path):
@@ -274,18 +281,9 @@ def main():
                               oversubscribed=row["oversubscribed"], allreduces=row["messages"],
                               bytes=row["bytes"], measured_ms=meas, predicted_ms=pred,
                               ratio=pred / meas if meas > 0 else float("nan")))
-        if check:
-            print("\nCHECK: one update's statistics all-reduces replayed back to back "
-                  "(pnbench --predict), MEASURED vs PREDICTED from the fit of the group's ranks")
-            print("%-12s %5s %5s %5s %7s %9s %11s %12s %7s" % (
-                "norm", "ranks", "K", "over", "count", "bytes", "measured ms", "predicted ms",
-                "ratio"))
-            for c in check:
-                print("%-12s %5s %5s %5s %7s %9s %11.3f %12.3f %7.2f%s" % (
-                    c["norm"], c["ranks"], c["sync_group_size"], c["oversubscribed"],
-                    c["allreduces"], c["bytes"], c["measured_ms"], c["predicted_ms"],
-                    c["ratio"], "" if abs(c["ratio"] - 1) <= 0.25 else "  (outside 25%)"))
-            write_csv(os.path.join(a.out, "check_replay.csv"), check)
+        print_check("one update's statistics all-reduces replayed back to back (pnbench "
+                    "--predict), MEASURED vs PREDICTED from the fit of the group's ranks", check,
+                    os.path.join(a.out, "check_replay.csv"))
 
     rows = scaleout()
     write_csv(os.path.join(a.out, "scaleout.csv"), rows)

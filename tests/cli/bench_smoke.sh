@@ -130,6 +130,8 @@ replay = list(csv.DictReader(open(os.path.join(d, "replay.csv"))))
 assert len(replay) == 1 and replay[0]["messages"] == "6" and replay[0]["bytes"] == str(3 * 8 * 129), replay
 fit = list(csv.DictReader(open(os.path.join(d, "fit.csv"))))
 assert len(fit) == 1 and fit[0]["ranks"] == "2", fit
+check = list(csv.DictReader(open(os.path.join(d, "check_replay.csv"))))
+assert len(check) == 1 and float(check[0]["predicted_ms"]) > 0, check
 rows = list(csv.DictReader(open(os.path.join(d, "scaleout.csv"))))
 assert sorted({int(r["gpus"]) for r in rows}) == [8, 64, 256, 1024], rows
 assert all(float(r["stats_share"]) == 0 for r in rows if r["norm"].startswith("power")), rows
