@@ -40,6 +40,7 @@ Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick
                     [--no-ablation] [--report-only] [-- extra pntrain flags for every cell]
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -171,6 +172,8 @@ class Runner:
     def __init__(self, a, extra, config, data, translation, seeds):
         self.a, self.extra, self.config, self.data = a, extra, config, data
         self.seeds = seeds
+        with open(config, "rb") as f:
+            self.config_digest = hashlib.sha256(f.read()).hexdigest()[:16]
         self.translation = translation
         self.ini = read_ini(config)
         self.max_update = int(flag_value(extra, "max-update", self.ini.get("max-update", "1000")))
@@ -258,9 +261,11 @@ class Runner:
         cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
         # Paths as placeholders, so that a clone elsewhere (with the cells committed or copied)
         # recognises its cells.
+        # The config's digest too, so that a cell of an edited config is not taken as done.
         cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args).replace(
             self.a.out, "<out>").replace(ROOT, "<root>").replace(
-                os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>")
+                os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>") + \
+            " <config sha256 %s>" % self.config_digest
         cmd_path, trained = (os.path.join(cell_dir, n) for n in ("cmd.txt", "trained.json"))
         try:
             with open(cmd_path) as f:
