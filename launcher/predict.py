@@ -34,17 +34,17 @@ from collections import defaultdict
 # Published NCCL all-reduce figures (H100-class nodes of 8 GPUs), with where they come from.
 NCCL = {
     # Small-message all-reduce latency on NVLink: about 6 us for 2 H100 with NVLink SHARP and
-    # CUDA graphs (NVIDIA/nccl issue #1259, nccl-tests all_reduce_perf output); the issue reports
+    # CUDA graphs (NVIDIA/nccl#1259, nccl-tests all_reduce_perf output); that report shows
     # that it grows with the GPU count, so for 8 GPUs this is a lower bound.
     "nvlink_alpha_s": 6e-6,
     # Peak all-reduce bus bandwidth of 8 H100 over NVLink (NVLS): about 480 GB/s, per the NCCL
-    # maintainer in NVIDIA/nccl-tests issue #212.
+    # maintainer in NVIDIA/nccl-tests#212.
     "nvlink_busbw": 480e9,
     # 8-byte all-reduce across 2 nodes (1 A100 each) over InfiniBand HDR: 19.9 us
-    # (NVIDIA/nccl-tests issue #150, all_reduce_perf output).
+    # (NVIDIA/nccl-tests#150, all_reduce_perf output).
     "ib_alpha_hop_s": 19.9e-6,
     # Inter-node bus bandwidth: 12.2 GB/s per 100 Gb/s InfiniBand adapter "is as good as you
-    # can get" (NCCL maintainer, NVIDIA/nccl-tests issue #29); ASSUMED here: one 400 Gb/s
+    # can get" (NCCL maintainer, NVIDIA/nccl-tests#29); ASSUMED here: one 400 Gb/s
     # adapter per GPU (DGX H100 layout), i.e. 4 x 12.2 = 48.8 GB/s per GPU.
     "ib_busbw": 4 * 12.2e9,
 }
