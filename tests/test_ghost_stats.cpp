@@ -110,7 +110,7 @@ TEST(GhostStats, DifferFromWholeMicroBatchStatistics) {
   EXPECT_GT(diff, 1e-4);
 }
 
-// The setting through the trainer (float): one 4096-token micro-batch with
+// The Figure 5 setting through the trainer (float): one 4096-token micro-batch with
 // --stats-batch-tokens 512 against 8 accumulated micro-steps of 512 tokens.
 class GhostTrainer : public ::testing::TestWithParam<std::string> {};
 
