@@ -24,6 +24,19 @@ Options ckpt_options(const std::string& dir) {
   return o;
 }
 
+// Nothing learns (lr 1e-12, no dropout): after the first validation none improves, so
+// --patience decides exactly when training ends.
+Options patience_options(const std::string& dir) {
+  Options o = ckpt_options(dir);
+  o.dropout = 0.0;
+  o.lr = 1e-12;
+  o.lr_scheduler = "fixed";
+  o.warmup_updates = 0;
+  o.validate_interval_updates = 1;
+  o.patience = 2;
+  return o;
+}
+
 const Corpus& corpus() {
   static const Corpus c = [] {
     std::string train;
@@ -131,13 +144,7 @@ TEST(Evaluation, ResumedRunKeepsTheBestValidationAndThePatienceCount) {
   FLAGS_minloglevel = 1;
   auto comm = make_single_communicator();
   TempDir d("pn_ckpt_p");
-  Options o = ckpt_options(d.path.string());
-  o.dropout = 0.0;
-  o.lr = 1e-12;  // nothing learns: after the first validation none improves
-  o.lr_scheduler = "fixed";
-  o.warmup_updates = 0;
-  o.validate_interval_updates = 1;
-  o.patience = 2;
+  Options o = patience_options(d.path.string());
   o.max_update = 2;  // best at 1, no gain at 2: interrupted with one validation without gain
   Trainer first(o, *comm, corpus());
   first.train();
@@ -167,14 +174,8 @@ TEST(Evaluation, PatienceStopsEarlyAndKeepsTheBestCheckpoint) {
   FLAGS_minloglevel = 1;
   auto comm = make_single_communicator();
   TempDir d("pn_ckpt_f");
-  Options o = ckpt_options(d.path.string());
-  o.dropout = 0.0;
-  o.lr = 1e-12;  // nothing learns: after the first validation none improves
-  o.lr_scheduler = "fixed";
-  o.warmup_updates = 0;
+  Options o = patience_options(d.path.string());
   o.max_update = 10;
-  o.validate_interval_updates = 1;
-  o.patience = 2;
   Trainer t(o, *comm, corpus());
   const TrainResult r = t.train();
   EXPECT_EQ(r.updates, 3);  // best at 1, no gain at 2 and 3
