@@ -55,6 +55,11 @@ struct Communicator {
   // them, for cost reports (pnbench).
   int64_t allreduce_count = 0;
   int64_t allreduce_bytes = 0;
+  // When set, every blocking host all-reduce first meets its peers at a barrier, timed apart in
+  // wait_seconds: the wait for the group's slowest rank, so that collective time minus it is the
+  // transfer alone (pnbench --split-stats-wait). The barrier costs one latency per call.
+  bool wait_apart = false;
+  double wait_seconds = 0;
   // The communicator this one was split from (null for the job's own).
   Communicator* parent = nullptr;
   // Marks this rank as waiting in a collective, here and in every communicator it was split from.

@@ -34,6 +34,7 @@ struct MpiCommunicator final : Communicator {
   std::vector<MPI_Request> requests;  // handles of iallreduce_sum, reused once completed
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int world_rank_ = 0;              // the rank that messages name (the job's, also in a split)
+  bool oversubscribed_ = false;     // more ranks on this node than cores: waits yield the core
   MPI_Comm comm = MPI_COMM_WORLD;   // the job, or a split's own communicator
   MPI_Comm node_comm = MPI_COMM_NULL;
 
@@ -54,6 +55,7 @@ struct MpiCommunicator final : Communicator {
     MPI_Comm_rank(node_comm, &local_rank_);
     MPI_Comm_size(node_comm, &local_size_);
     world_rank_ = rank_;
+    oversubscribed_ = unsigned(local_size_) > std::max(1u, std::thread::hardware_concurrency());
   }
   // A split of `from` (split()): the ranks of `c`, placed on their node as in `from`.
   MpiCommunicator(MPI_Comm c, const MpiCommunicator& from) : comm(c) {
@@ -63,6 +65,7 @@ struct MpiCommunicator final : Communicator {
     local_rank_ = from.local_rank_;
     local_size_ = from.local_size_;
     world_rank_ = from.world_rank_;
+    oversubscribed_ = from.oversubscribed_;
   }
   ~MpiCommunicator() override {
     if (comm != MPI_COMM_WORLD && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
@@ -98,6 +101,11 @@ struct MpiCommunicator final : Communicator {
     const size_t elem = type == MPI_FLOAT ? 4 : 8;
     ++allreduce_count;
     allreduce_bytes += int64_t(n * elem);
+    if (wait_apart) {
+      MPI_Request req;
+      check_mpi(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
+      wait_seconds += complete(&req, "a barrier before an all-reduce");
+    }
     char* p = static_cast<char*>(buf);
     size_t off = 0;
     do {
@@ -111,15 +119,28 @@ struct MpiCommunicator final : Communicator {
   }
 
   // Waits for req, polling so that a peer that never arrives ends the job after timeout_s.
-  void complete(MPI_Request* req, const char* what) {
+  // Returns the seconds waited (also added to collective_seconds).
+  double complete(MPI_Request* req, const char* what) {
     const double t0 = now_s();
     enter_collective();
     int done = 0;
-    for (long spins = 0;; ++spins) {
+    // The first kSpinSeconds poll back to back (as MPI's blocking calls do), so that a peer
+    // microseconds late costs microseconds: a sleep would add its own 50-100 us to every
+    // all-reduce a rank enters first. Only oversubscribed ranks yield between polls (a yield
+    // would hand the core to any other process, for its whole time slice), to let a peer on the
+    // same core run. A longer wait (a peer validating or writing a checkpoint) sleeps between
+    // polls and leaves the core to others.
+    constexpr double kSpinSeconds = 0.01;
+    bool spinning = true;
+    for (long polls = 0;; ++polls) {
       check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) break;
-      if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if (timeout_s > 0 && (spins & 255) == 0 && now_s() - t0 > timeout_s) {
+      if ((polls & 63) == 0 && spinning) spinning = now_s() - t0 < kSpinSeconds;
+      if (!spinning)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else if (oversubscribed_)
+        std::this_thread::yield();
+      if (timeout_s > 0 && (polls & 255) == 0 && now_s() - t0 > timeout_s) {
         char msg[256];
         std::snprintf(msg, sizeof msg,
                       "rank %d waited more than %.0f s in %s: another rank is hung or dead "
@@ -130,7 +151,9 @@ struct MpiCommunicator final : Communicator {
         MPI_Abort(MPI_COMM_WORLD, 4);
       }
     }
-    leave_collective(now_s() - t0);
+    const double waited = now_s() - t0;
+    leave_collective(waited);
+    return waited;
   }
 
   Request iallreduce_sum(float* buf, size_t n) override { return start(buf, n, MPI_FLOAT); }

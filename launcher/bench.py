@@ -233,7 +233,7 @@ def main():
                     print("bench: %s %s at %d ranks failed (exit %d), see %s:\n  %s" %
                           (mode, norm, r, rc, log, "\n  ".join(tail)), file=sys.stderr)
                 else:
-                    print(summary[-1].rstrip())
+                    print("".join(summary).rstrip())
     if not os.path.exists(csv_path):
         die("no run succeeded; see the logs in %s" % a.out)
     rows = list(csv.DictReader(open(csv_path)))

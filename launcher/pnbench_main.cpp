@@ -40,6 +40,7 @@ struct BenchOptions {
   int measure = 10;             // updates whose medians are reported
   std::string csv;              // appended to; the header is written when the file is new
   bool verbose = false;         // pntrain's progress lines and model summary
+  bool split_wait = false;      // barrier before each statistics all-reduce, timed apart
   bool predict = false;         // measure all-reduce cost over message sizes instead of training
   std::string predict_out = "pnbench_predict";  // where --predict writes and reads its CSVs
 };
@@ -50,7 +51,7 @@ const std::vector<std::string> kColumns = {
     "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
     "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms", "grad_allreduce_exposed_ms",
     "optimizer_ms", "other_ms", "sync_group_size", "stats_allreduces_per_update",
-    "stats_bytes_per_update", "grad_allreduce_ms", "note"};
+    "stats_bytes_per_update", "grad_allreduce_ms", "stats_wait_ms", "stats_transfer_ms", "note"};
 
 const char* kUsage =
     "pnbench: one point of a strong or weak scaling benchmark of pntrain\n\n"
@@ -79,7 +80,9 @@ const char* kUsage =
     "synchronized norms' all-reduces of one update on rank 0 and the bytes it summed in them;\n"
     "0 without synchronized norms or at one rank), grad_allreduce_ms (the gradient all-reduce\n"
     "measured alone after the run: the same buckets, blocking, median of 5; its exposed part\n"
-    "above is what the overlap leaves), note.\n\n"
+    "above is what the overlap leaves), stats_wait_ms and stats_transfer_ms (with\n"
+    "--split-stats-wait: stats_allreduce_ms split into the barrier wait for the group's slowest\n"
+    "rank and the all-reduces after it; empty otherwise), note.\n\n"
     "Run `launcher/pn bench --help` for the driver that loops over norms and rank counts.\n\n"
     "pnbench options";
 
@@ -96,6 +99,11 @@ po::options_description describe(BenchOptions& b) {
       "updates whose medians are reported")("csv", po::value(&b.csv),
                                             "CSV file to append the row to (rank 0)")(
       "verbose", po::bool_switch(&b.verbose), "print pntrain's model summary and progress lines")(
+      "split-stats-wait", po::bool_switch(&b.split_wait),
+      "meet at a barrier before each statistics all-reduce and time it apart: stats_wait_ms is "
+      "the wait for the sync group's slowest rank, stats_transfer_ms the all-reduces alone "
+      "(what an alpha-beta model predicts); costs one barrier per all-reduce (host "
+      "communicators only)")(
       "predict", po::bool_switch(&b.predict),
       "no training: time the all-reduce of this job's sync groups (--sync-group-size; the "
       "statistics' path: blocking, host memory) over message sizes from 8 bytes to the gradient "
@@ -130,12 +138,13 @@ struct Medians {
   int updates = 0;
   double tokens_per_s = NAN, ntokens = NAN, update_s = NAN, compute_s = NAN, stats_s = NAN,
          grad_s = NAN, optimizer_s = NAN, other_s = NAN;
+  double stats_wait_s = NAN, stats_transfer_s = NAN;  // --split-stats-wait only
 };
 
 Medians read_medians(const std::string& path, int first_update) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read back the metrics file '" + path + "'");
-  std::vector<double> tps, ntok, wall, compute, stats, grad, optim, other;
+  std::vector<double> tps, ntok, wall, compute, stats, grad, optim, other, wait, transfer;
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line);
@@ -153,12 +162,17 @@ Medians read_medians(const std::string& path, int first_update) {
     grad.push_back(g);
     optim.push_back(o);
     other.push_back(w - fwd_bwd - g - o);
+    if (t.contains("stats_wait_s")) {
+      wait.push_back(t["stats_wait_s"].get<double>());
+      transfer.push_back(s - wait.back());
+    }
   }
   Medians m;
   m.updates = int(tps.size());
   m.tokens_per_s = median(tps), m.ntokens = median(ntok), m.update_s = median(wall);
   m.compute_s = median(compute), m.stats_s = median(stats), m.grad_s = median(grad);
   m.optimizer_s = median(optim), m.other_s = median(other);
+  m.stats_wait_s = median(wait), m.stats_transfer_s = median(transfer);
   return m;
 }
 
@@ -460,6 +474,9 @@ int main(int argc, char** argv) {
     const pn::Device device = pn::resolve_device(opt.device, comm->rank() == 0);
     const std::string device_label = pn::device_name(device);
     if (R > 1) pn::set_error_context("rank " + std::to_string(comm->rank()));
+    if (device == pn::Device::CUDA && b.split_wait)
+      throw std::invalid_argument("--split-stats-wait times host all-reduces; on --device cuda "
+                                  "the statistics are summed on the GPU's stream: drop the flag");
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     double stats_per_update = 0, stats_bytes_per_update = 0, grad_allreduce_s = 0;
@@ -468,15 +485,16 @@ int main(int argc, char** argv) {
       if (comm->rank() == 0 && device != pn::Device::CPU)
         std::printf("pnbench | device: %s\n", pn::device_summary().c_str());
       pn::Trainer trainer(opt, *comm, std::move(corpus));
-      trainer.train();
-      const pn::Communicator& stats = trainer.stats_communicator();
+      pn::Communicator& stats = trainer.stats_communicator();
       const bool counted = &stats != comm.get();  // one rank: no statistics all-reduce at all
+      stats.wait_apart = b.split_wait && counted;
+      trainer.train();
       stats_per_update = counted ? double(stats.allreduce_count) / opt.max_update : 0;
       stats_bytes_per_update = counted ? double(stats.allreduce_bytes) / opt.max_update : 0;
       grad_allreduce_s = time_gradient_allreduce(*comm, trainer.params().size(), opt.bucket_mb);
     }  // the trainer closes the metrics file
     if (comm->rank() == 0) {
-      const Medians m = read_medians(opt.metrics, b.warmup + 1);
+      Medians m = read_medians(opt.metrics, b.warmup + 1);
       if (own_metrics) std::filesystem::remove(opt.metrics);
       if (m.updates == 0)
         throw std::runtime_error("no measured update in the metrics (every update skipped as "
@@ -508,6 +526,11 @@ int main(int argc, char** argv) {
                   1e3 * m.optimizer_s, 1e3 * m.other_s, pn::sync_group_ranks(opt, R),
                   stats_per_update, stats_bytes_per_update, 1e3 * grad_allreduce_s,
                   oversubscribed ? " | OVERSUBSCRIBED" : "");
+      if (!(stats_per_update > 0)) m.stats_wait_s = m.stats_transfer_s = NAN;  // no split
+      if (std::isfinite(m.stats_wait_s))
+        std::printf("pnbench | stats all-reduce %.2f ms: wait for the group's slowest rank "
+                    "%.2f ms, transfer after it %.2f ms (medians of each)\n",
+                    1e3 * m.stats_s, 1e3 * m.stats_wait_s, 1e3 * m.stats_transfer_s);
       if (!b.csv.empty())
         append_row(b.csv,
                    {norm, device_label, b.mode, std::to_string(R), std::to_string(cores),
@@ -519,7 +542,8 @@ int main(int argc, char** argv) {
                     fixed(1e3 * m.grad_s, 3), fixed(1e3 * m.optimizer_s, 3),
                     fixed(1e3 * m.other_s, 3), std::to_string(pn::sync_group_ranks(opt, R)),
                     fixed(stats_per_update, 1), fixed(stats_bytes_per_update, 0),
-                    fixed(1e3 * grad_allreduce_s, 3), note});
+                    fixed(1e3 * grad_allreduce_s, 3), fixed(1e3 * m.stats_wait_s, 3),
+                    fixed(1e3 * m.stats_transfer_s, 3), note});
     }
   } catch (const std::exception& e) {
     comm->abort(e.what(), 2);

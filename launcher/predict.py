@@ -10,9 +10,14 @@ against pnbench's measurement, and carried to 8-1024 GPUs with published NCCL fi
    t(bytes) = alpha + beta * bytes, least squares on the relative error (so that the
    latency-bound small messages weigh as much as the bandwidth-bound large ones).
 2. Check. (a) Each row of --bench (pnbench's CSV) with statistics all-reduces predicts its
-   statistics time per update from its own counts: count * alpha_K + bytes * beta_K with the
-   fit of the same job and group size, next to the measured stats_allreduce_ms (which includes
-   the time a rank waits for slower peers: no alpha-beta model holds that). (b) The same
+   statistics time per update from its own counts: count * alpha + bytes * beta. A row that
+   pnbench --split-stats-wait measured compares its transfer (stats_transfer_ms, the
+   all-reduces after a barrier has gathered the group) with a fit of the transfers measured the
+   same way at other message sizes (other model widths and norms of the same job and group;
+   leave one out, so the row never predicts itself): an all-reduce between forward and
+   backward finds cold caches and costs several times a back-to-back one. Other rows compare
+   stats_allreduce_ms (which includes the time a rank waits for slower peers: no alpha-beta
+   model holds that) with the fit of the sweep. (b) The same
    prediction for replay.csv beside --sweep: one update's statistics all-reduces replayed back
    to back by pnbench --predict (the pure transfer cost).
 3. Scale-out. For a GPT-2-small-sized LM and the configs/paper_iwslt14.ini model, the share of
@@ -206,12 +211,14 @@ def print_check(title, check, csv_path):
     if not check:
         return
     print("\nCHECK: " + title)
-    print("%-12s %5s %5s %5s %7s %9s %11s %12s %7s" % (
-        "norm", "ranks", "K", "over", "count", "bytes", "measured ms", "predicted ms", "ratio"))
+    print("%-12s %5s %5s %5s %7s %9s %-15s %-24s %11s %12s %7s" % (
+        "norm", "ranks", "K", "over", "count", "bytes", "measured", "fit", "measured ms",
+        "predicted ms", "ratio"))
     for c in check:
-        print("%-12s %5s %5s %5s %7s %9s %11.3f %12.3f %7.2f%s" % (
+        print("%-12s %5s %5s %5s %7s %9s %-15s %-24s %11.3f %12.3f %7.2f%s" % (
             c["norm"], c["ranks"], c["sync_group_size"], c["oversubscribed"],
-            "%.0f" % float(c["allreduces"]), c["bytes"], c["measured_ms"], c["predicted_ms"],
+            "%.0f" % float(c["allreduces"]), c["bytes"], c["measured"], c["model"],
+            c["measured_ms"], c["predicted_ms"],
             c["ratio"], "" if abs(c["ratio"] - 1) <= 0.25 else "  (outside 25%)"))
     write_csv(csv_path, check)
 
@@ -247,22 +254,40 @@ def main():
         write_csv(os.path.join(a.out, "fit.csv"), fit_rows)
 
     if a.bench and os.path.exists(a.bench):
+        rows = [r for r in csv.DictReader(open(a.bench))
+                if float(r.get("stats_allreduces_per_update") or 0) > 0]
+        key_of = lambda r: (int(r["ranks"]), int(r.get("sync_group_size") or 0))
+        # Transfers that pnbench --split-stats-wait measured in training, per job and group:
+        # (bytes per all-reduce, seconds per all-reduce).
+        transfers = defaultdict(list)
+        for i, r in enumerate(rows):
+            if r.get("stats_transfer_ms"):
+                n = float(r["stats_allreduces_per_update"])
+                transfers[key_of(r)].append(
+                    (i, float(r["stats_bytes_per_update"]) / n, 1e-3 * float(r["stats_transfer_ms"]) / n))
         check = []
-        for row in csv.DictReader(open(a.bench)):
-            n = float(row.get("stats_allreduces_per_update") or 0)
-            key = (int(row["ranks"]), int(row.get("sync_group_size") or 0))
-            if n <= 0 or key not in fits:
+        for i, row in enumerate(rows):
+            key, split = key_of(row), bool(row.get("stats_transfer_ms"))
+            n, nbytes = float(row["stats_allreduces_per_update"]), float(row["stats_bytes_per_update"])
+            # A transfer measured in training is predicted from the other message sizes measured
+            # the same way (leave one out: the row's own measurement is not in its fit), when
+            # there are two sizes besides its own; otherwise from the back-to-back sweep.
+            others = [(b, t) for j, b, t in transfers[key] if j != i and b != nbytes / n]
+            if split and len({b for b, _ in others}) >= 2:
+                (al, be), model = fit(others), "in training, other sizes"
+            elif key in fits:
+                (al, be), model = fits[key], "sweep"
+            else:
                 continue
-            k = key[1]
-            al, be = fits[key]
-            pred = 1e3 * (n * al + float(row["stats_bytes_per_update"]) * be)
-            meas = float(row["stats_allreduce_ms"])
-            check.append(dict(norm=row["norm"], ranks=row["ranks"], sync_group_size=k,
+            pred = 1e3 * (n * al + nbytes * be)
+            meas = float(row["stats_transfer_ms"] if split else row["stats_allreduce_ms"])
+            check.append(dict(norm=row["norm"], ranks=row["ranks"], sync_group_size=key[1],
+                              measured="transfer" if split else "wait + transfer", model=model,
                               oversubscribed=row["oversubscribed"], allreduces=n,
                               bytes=row["stats_bytes_per_update"], measured_ms=meas,
                               predicted_ms=pred, ratio=pred / meas if meas > 0 else float("nan")))
         print_check("statistics all-reduce per update, MEASURED by pnbench vs PREDICTED from "
-                    "its counts and the fit of its sync group's ranks", check,
+                    "its counts and an alpha-beta fit of its sync group's ranks", check,
                     os.path.join(a.out, "check.csv"))
 
     replay_path = os.path.join(os.path.dirname(os.path.abspath(a.sweep)), "replay.csv")
@@ -277,7 +302,8 @@ def main():
             al, be = fits[(int(ranks), int(k))]
             meas = 1e3 * float(row["seconds"])
             pred = 1e3 * (int(row["messages"]) * al + int(row["bytes"]) * be)
-            check.append(dict(norm=norm, ranks=ranks, sync_group_size=k,
+            check.append(dict(norm=norm, ranks=ranks, sync_group_size=k, measured="replay",
+                              model="sweep",
                               oversubscribed=row["oversubscribed"], allreduces=row["messages"],
                               bytes=row["bytes"], measured_ms=meas, predicted_ms=pred,
                               ratio=pred / meas if meas > 0 else float("nan")))

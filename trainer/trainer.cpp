@@ -565,6 +565,7 @@ struct Trainer::Run {
 struct Trainer::UpdateStats {
   double loss_sum = 0, nll_sum = 0, ntok = 0, loss = 0, nll = 0, grad_sumsq = 0, lr = 0;
   double wall = 0, fwd_s = 0, bwd_s = 0, stats_comm_s = 0, grad_comm_s = 0, optim_s = 0;
+  double stats_wait_s = 0;  // of stats_comm_s, the barrier wait when the communicator splits it
 };
 
 // One update is: gather this rank's micro-batches through forward and backward (the gradient
@@ -727,7 +728,7 @@ void Trainer::inject_fault(const Run& run, int64_t update) {
 void Trainer::forward_backward(Task& task, int64_t update, UpdateStats* s) {
   const int R = comm_.size(), rank = comm_.rank();
   ParamStore<float>& params = this->params();
-  const double comm0 = comm_.collective_seconds;
+  const double comm0 = comm_.collective_seconds, wait0 = stats_communicator().wait_seconds;
   k::fill<float>(params.grad.data(), params.size(), 0.0f);
   k::fill<double>(update_sums_.data(), update_sums_.size(), 0.0);
   for (int micro = 0; micro < opt_.update_freq; ++micro) {
@@ -750,6 +751,7 @@ void Trainer::forward_backward(Task& task, int64_t update, UpdateStats* s) {
     s->bwd_s += mt_ ? mt_->backward_s : model_->backward_s;
   }
   s->stats_comm_s = comm_.collective_seconds - comm0;
+  s->stats_wait_s = stats_communicator().wait_seconds - wait0;
 }
 
 void Trainer::allreduce_gradients(const Run& run, int64_t update, UpdateStats* s) {
@@ -827,6 +829,7 @@ void Trainer::record_update(const Task& task, Run* run, int64_t update, const Up
   j["time"] = {{"forward_s", s.fwd_s},           {"backward_s", s.bwd_s},
                {"stats_comm_s", s.stats_comm_s}, {"grad_comm_s", s.grad_comm_s},
                {"optimizer_s", s.optim_s}};
+  if (stats_communicator().wait_apart) j["time"]["stats_wait_s"] = s.stats_wait_s;
   j["peak_rss_mb"] = peak_rss_mb();
   if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
     nlohmann::json probe = nlohmann::json::object();

@@ -32,7 +32,8 @@ want = ["norm", "device", "mode", "ranks", "cores", "threads", "oversubscribed",
         "update_freq", "tokens_per_update", "warmup_updates", "measured_updates", "tokens_per_s",
         "speedup", "efficiency", "update_ms", "compute_ms", "stats_allreduce_ms",
         "grad_allreduce_exposed_ms", "optimizer_ms", "other_ms", "sync_group_size",
-        "stats_allreduces_per_update", "stats_bytes_per_update", "grad_allreduce_ms", "note"]
+        "stats_allreduces_per_update", "stats_bytes_per_update", "grad_allreduce_ms",
+        "stats_wait_ms", "stats_transfer_ms", "note"]
 f = open(sys.argv[1])
 reader = csv.DictReader(f)
 rows, cores, ok = list(reader), int(sys.argv[2]), True
@@ -111,12 +112,31 @@ out=$("$pnbench" --max-tokens 64 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q -- "--max-tokens is set by pnbench" <<<"$out"; } ||
   fail "--max-tokens: exit $rc: $out"
 
+# --split-stats-wait: the statistics time of a 2-rank sync_batch row split into the wait at a
+# barrier and the transfer after it (both columns filled, neither negative; the bench.py rows
+# above, without the flag, leave them empty).
+"$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
+  "$pnbench" --split-stats-wait --mode weak --tokens 64 --warmup 1 --measure 3 \
+  --csv "$tmp/split.csv" --norm sync_batch "${tiny[@]}" > "$tmp/split.log" 2>&1 ||
+  fail "--split-stats-wait: exit $?: $(tail -3 "$tmp/split.log")"
+grep -q "transfer after it" "$tmp/split.log" || fail "--split-stats-wait printed no split: $(cat "$tmp/split.log")"
+"$py" - "$tmp/split.csv" "$tmp/b/bench.csv" <<'PY' || fail "--split-stats-wait columns"
+import csv, sys
+row, = list(csv.DictReader(open(sys.argv[1])))
+wait, transfer = float(row["stats_wait_ms"]), float(row["stats_transfer_ms"])
+assert wait >= 0 and transfer > 0 and float(row["stats_allreduce_ms"]) > 0, row
+assert all(r["stats_wait_ms"] == "" and r["stats_transfer_ms"] == ""
+           for r in csv.DictReader(open(sys.argv[2]))), "rows without the flag have a split"
+print("split ok")
+PY
+
 # --predict: the all-reduce sweep of a 2-rank job (up to a 64 KiB bucket), the replayed
 # statistics of one update, the fit and the scale-out table (numbers are never asserted, only
 # that they are there and that PN's share is 0 and the whole-job groups cost at least the
-# groups of 8).
+# groups of 8); the check of the model against the split row above compares its transfer.
 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
-  "$pnbench" --predict --predict-out "$tmp/p" --norm sync_batch --bucket-mb 0.0625 "${tiny[@]}" \
+  "$pnbench" --predict --predict-out "$tmp/p" --csv "$tmp/split.csv" --norm sync_batch \
+  --bucket-mb 0.0625 "${tiny[@]}" \
   > "$tmp/predict.log" 2>&1 || fail "--predict: exit $?: $(tail -5 "$tmp/predict.log")"
 "$py" - "$tmp/p" <<'PY' || fail "--predict output: $(tail -20 "$tmp/predict.log")"
 import csv, os, sys
@@ -132,6 +152,10 @@ fit = list(csv.DictReader(open(os.path.join(d, "fit.csv"))))
 assert len(fit) == 1 and fit[0]["ranks"] == "2", fit
 check = list(csv.DictReader(open(os.path.join(d, "check_replay.csv"))))
 assert len(check) == 1 and float(check[0]["predicted_ms"]) > 0, check
+split, = list(csv.DictReader(open(os.path.join(d, "..", "split.csv"))))
+check, = list(csv.DictReader(open(os.path.join(d, "check.csv"))))
+assert check["measured"] == "transfer", check
+assert abs(float(check["measured_ms"]) - float(split["stats_transfer_ms"])) < 1e-9, (check, split)
 rows = list(csv.DictReader(open(os.path.join(d, "scaleout.csv"))))
 assert sorted({int(r["gpus"]) for r in rows}) == [8, 64, 256, 1024], rows
 assert all(float(r["stats_share"]) == 0 for r in rows if r["norm"].startswith("power")), rows
