@@ -108,6 +108,19 @@ def run_logged(cmd, log_path, mode="w"):
         return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
+def updates_wall_s(metrics_path):
+    """Seconds of the training updates in a metrics file (validation and saving excluded)."""
+    total = 0.0
+    try:
+        with open(metrics_path) as f:
+            for line in f:
+                j = json.loads(line) if line.strip() else {}
+                total += j.get("wall_s", 0.0) if "time" in j else 0.0
+    except OSError:
+        pass
+    return total
+
+
 # ---- checkpoints (trainer/checkpoint.h: magic, header length, JSON header, payload, CRC) ----
 def read_checkpoint_params(model_bin):
     """{name: (shape, flat float32 list as numpy array)} of a pntrain model.bin."""
@@ -288,6 +301,9 @@ class Runner:
         if rc == 0:
             with open(os.path.join(cell_dir, "attempts.txt")) as f:
                 train_s = sum(float(line.split()[0]) for line in f if line.strip())
+            # An attempt killed with the machine writes no line; the updates' own wall times
+            # (metrics.jsonl, every attempt) then bound the training time from below.
+            train_s = max(train_s, updates_wall_s(os.path.join(cell_dir, "metrics.jsonl")))
             with open(trained, "w") as f:
                 json.dump({"train_s": train_s}, f)
         return rc
