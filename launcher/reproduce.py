@@ -735,12 +735,14 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
 
 
 def draw_curves(curves, warmup, path):
-    """Validation perplexity against epochs for every cell (left) and, for LN and the PN forms,
-    training nll (mean over 57-update windows) against validation nll through PN's warmup."""
+    """Validation perplexity against epochs for every cell (left), each cell's validation
+    perplexity relative to LN's of the same seed at the same update (middle: does the gap
+    close?) and, for LN and the PN forms, training nll (mean over 57-update windows) against
+    validation nll through PN's warmup (right)."""
     plt = plt_or_none()
     if plt is None or not curves:
         return False
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, (a1, a3, a2) = plt.subplots(1, 3, figsize=(17, 4.6))
     for i, (label, c) in enumerate(curves.items()):
         pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
         a1.plot([u / pe for u, _ in c["valid"]], [p for _, p in c["valid"]], marker=".",
@@ -751,6 +753,22 @@ def draw_curves(curves, warmup, path):
     a1.set_title("PTB validation perplexity (medium preset)", fontsize=10)
     a1.grid(True, which="both", alpha=0.3)
     a1.legend(fontsize=8)
+    for i, (label, c) in enumerate(curves.items()):
+        ln = curves.get("LN " + label.rsplit(" ", 1)[-1])
+        if label.startswith("LN") or ln is None:
+            continue
+        ln_at = dict(ln["valid"])
+        pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
+        pts = [(u / pe, 100.0 * (p / ln_at[u] - 1)) for u, p in c["valid"] if u in ln_at]
+        a3.plot([e for e, _ in pts], [g for _, g in pts], marker=".", color="C%d" % i,
+                label=label)
+    a3.axhline(0, color="C0", lw=1)
+    a3.set_ylim(-5, 15)
+    a3.set_xlabel("epoch")
+    a3.set_ylabel("validation perplexity vs LN's, same seed and update (%)")
+    a3.set_title("the gap to LN (above 0: worse than LN; clipped at 15%)", fontsize=10)
+    a3.grid(True, alpha=0.3)
+    a3.legend(fontsize=8)
     for i, (label, c) in enumerate(curves.items()):
         if not (label.startswith("LN") or label.startswith("PN (")):
             continue
