@@ -119,7 +119,7 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
     LOG(INFO) << j.dump();
   } else if (comm.rank() == 0) {
     std::ostringstream line;
-    line << std::fixed << std::setprecision(1) << "done | " << r.updates << "/" << opt.max_update
+    line << std::fixed << std::setprecision(1) << "done | " << r.updates << "/" << r.update_limit
          << " updates | wall " << r.wall_s << "s | " << std::setprecision(0)
          << (r.wall_s > 0 ? r.tokens / r.wall_s : 0.0) << " tok/s (mean of this run) | "
          << std::setprecision(3) << "training loss " << r.last_loss << " (last update)";

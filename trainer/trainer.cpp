@@ -572,10 +572,18 @@ struct Trainer::UpdateStats {
 // all-reduce starts during the last backward), finish the all-reduce, and step (or skip a
 // non-finite update). Then the periodic work: logging, the cross-rank check, validation, and the
 // end of the update (checkpoints, and the stop every rank agrees on).
+// The last update that --max-update and --max-epoch allow (early stopping aside).
+int64_t Trainer::last_allowed_update(const Task& task) const {
+  if (!(opt_.max_epoch > 0)) return opt_.max_update;
+  return std::min<int64_t>(opt_.max_update,
+                           int64_t(std::ceil(double(opt_.max_epoch) / task.epoch_of(1) - 1e-9)));
+}
+
 TrainResult Trainer::train() {
   Task task;
   make_task(&task);
   Run run = start_run();
+  run.result.update_limit = last_allowed_update(task);
   auto is_last = [&](int64_t update) {
     return update + 1 == opt_.max_update ||
            (opt_.max_epoch > 0 && task.epoch_of(update + 1) >= opt_.max_epoch);
@@ -847,11 +855,7 @@ void Trainer::record_update(const Task& task, Run* run, int64_t update, const Up
               << " MB";
   if ((update + 1) % opt_.log_interval != 0 && update != 0) return;
   const double elapsed = now_s() - run->t_start;
-  // The last update that --max-update and --max-epoch allow (early stopping aside).
-  int64_t last_update = opt_.max_update;
-  if (opt_.max_epoch > 0)
-    last_update = std::min<int64_t>(
-        last_update, int64_t(std::ceil(double(opt_.max_epoch) / task.epoch_of(1) - 1e-9)));
+  const int64_t last_update = run->result.update_limit;
   const double eta = elapsed / double(update + 1 - start_update_) *
                      double(std::max<int64_t>(0, last_update - update - 1));
   const double log_tokens = run->log_tokens;

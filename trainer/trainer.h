@@ -25,6 +25,7 @@ namespace pn {
 
 struct TrainResult {
   int64_t updates = 0;
+  int64_t update_limit = 0;  // the last update that --max-update and --max-epoch allow
   double last_loss = 0, last_nll = 0;
   double valid_nll = -1;  // per token, natural log
   std::vector<double> losses;  // training loss per update (per target token)
@@ -143,6 +144,7 @@ class Trainer {
   struct UpdateStats;  // one update's sums and time split
   void make_task(Task* task);
   Run start_run();
+  int64_t last_allowed_update(const Task& task) const;
   void inject_fault(const Run& run, int64_t update);  // --debug-fault
   void forward_backward(Task& task, int64_t update, UpdateStats* stats);
   void allreduce_gradients(const Run& run, int64_t update, UpdateStats* stats);

@@ -41,9 +41,9 @@ out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --data buil
 # The medium preset: PN's alpha grid on short runs, cells to early stopping or their last update,
 # checkpoint_best evaluated; a rerun skips every cell and tuning run; a cell that did not record
 # its end resumes from its checkpoint and reports the same figures.
-margs=(--pntrain "$pntrain" --medium --data builtin --norms layer,power --out "$tmp/md" --
-       --max-update 6 --validate-interval-updates 3 --save-interval-updates 3 --warmup-updates 2
-       --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --max-tokens 512)
+mflags=(--max-update 6 --validate-interval-updates 3 --save-interval-updates 3 --warmup-updates 2
+        --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --max-tokens 512)
+margs=(--pntrain "$pntrain" --medium --data builtin --norms layer,power --out "$tmp/md" -- "${mflags[@]}")
 out=$("$py" "$here/../../launcher/reproduce.py" "${margs[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "medium: exit $rc"
@@ -65,5 +65,16 @@ skipped=$(grep -c "done before, skipped" <<<"$out")
 grep -q "layer .*seed 1: resuming" <<<"$out" || fail "medium rerun did not resume LN: $out"
 [ "$(grep "^| LN | 1 |" "$report" | cut -d'|' -f1-6)" = "$(cut -d'|' -f1-6 <<<"$ln_row")" ] ||
   fail "medium: resumed LN row differs: $ln_row vs $(grep "^| LN | 1 |" "$report")"
+# A second seed reuses PN's alpha chosen with seed 1: its tuning runs are not run again.
+out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
+      --norms power --seeds 2 --out "$tmp/md" -- "${mflags[@]}" 2>&1)
+grep -q "power .*seed 2: running" <<<"$out" || fail "medium --seeds 2 did not train PN: $out"
+[ "$(grep -c "tune power alpha .*done before, skipped" <<<"$out")" -eq 3 ] ||
+  fail "medium --seeds 2 tuned again: $out"
+# A run bounded by --max-epoch ends with its last update out of the updates that bound allows.
+out=$("$pntrain" --max-epoch 1 --max-update 100000 --decoder-layers 1 --decoder-embed-dim 32 \
+      --decoder-attention-heads 2 --decoder-ffn-embed-dim 64 --max-tokens 512 2>&1)
+grep -qE "done \| ([0-9]+)/\1 updates" <<<"$out" ||
+  fail "--max-epoch 1: the done line does not count to the epoch's last update: $(tail -2 <<<"$out")"
 [ $failures -eq 0 ] && echo "reproduce smoke: all passed"
 exit $((failures > 0))
