@@ -107,15 +107,8 @@ record() {  # record NAME STATUS RC SECONDS DETAIL
   write_report false
 }
 # Killed (the call's time limit, ^C): the step in flight is recorded as killed, then the report.
-kill_tree() {  # TERM to the descendants of $1 (not $1 itself), children after their own
-  local c
-  for c in $(pgrep -P "$1"); do kill_tree "$c"; kill -TERM "$c" 2>/dev/null; done
-}
 on_signal() {
   [ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
-  # A signal can arrive between a step's start and CHILD's assignment, and timeout's own child
-  # may not have its handler yet: end every descendant, deepest first.
-  kill_tree $$
   [ -n "$RUNNING" ] && record "$RUNNING" killed 143 0 "killed by a signal while running"
   write_report false
   echo "pn gpu-check: killed; the report so far is in $OUT/report.txt" >&2
