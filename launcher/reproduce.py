@@ -112,15 +112,8 @@ def run_logged(cmd, log_path, mode="w"):
 
 def updates_wall_s(metrics_path):
     """Seconds of the training updates in a metrics file (validation and saving excluded)."""
-    total = 0.0
-    try:
-        with open(metrics_path) as f:
-            for line in f:
-                j = json.loads(line) if line.strip() else {}
-                total += j.get("wall_s", 0.0) if "time" in j else 0.0
-    except OSError:
-        pass
-    return total
+    updates, _ = read_metrics(metrics_path)
+    return sum(u.get("wall_s", 0.0) for u in updates if "time" in u)
 
 
 # ---- checkpoints (trainer/checkpoint.h: magic, header length, JSON header, payload, CRC) ----
