@@ -41,6 +41,7 @@ struct BenchOptions {
   std::string csv;              // appended to; the header is written when the file is new
   bool verbose = false;         // pntrain's progress lines and model summary
   bool split_wait = false;      // barrier before each statistics all-reduce, timed apart
+  bool probe = false;           // every other update, time probe all-reduces in training
   bool predict = false;         // measure all-reduce cost over message sizes instead of training
   std::string predict_out = "pnbench_predict";  // where --predict writes and reads its CSVs
 };
@@ -104,6 +105,13 @@ po::options_description describe(BenchOptions& b) {
       "the wait for the sync group's slowest rank, stats_transfer_ms the all-reduces alone "
       "(what an alpha-beta model predicts); costs one barrier per all-reduce (host "
       "communicators only)")(
+      "probe-allreduce", po::bool_switch(&b.probe),
+      "with --split-stats-wait: every other update, each statistics all-reduce is preceded by "
+      "a probe all-reduce timed after the barrier (8 B to 16 KiB, one size per update, "
+      "cycling): what an all-reduce costs in the cache state that training leaves. Per size, "
+      "seconds per all-reduce are appended to PREDICT_OUT/allreduce_in_training.csv, which "
+      "launcher/predict.py checks the measured updates (those in between) against; language "
+      "model only")(
       "predict", po::bool_switch(&b.predict),
       "no training: time the all-reduce of this job's sync groups (--sync-group-size; the "
       "statistics' path: blocking, host memory) over message sizes from 8 bytes to the gradient "
@@ -141,7 +149,7 @@ struct Medians {
   double stats_wait_s = NAN, stats_transfer_s = NAN;  // --split-stats-wait only
 };
 
-Medians read_medians(const std::string& path, int first_update) {
+Medians read_medians(const std::string& path, int first_update, bool odd_updates_only) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read back the metrics file '" + path + "'");
   std::vector<double> tps, ntok, wall, compute, stats, grad, optim, other, wait, transfer;
@@ -150,6 +158,7 @@ Medians read_medians(const std::string& path, int first_update) {
     const nlohmann::json j = nlohmann::json::parse(line);
     // Validation lines have no "time"; updates before first_update are warm-up.
     if (!j.contains("time") || j["update"].get<int64_t>() < first_update) continue;
+    if (odd_updates_only && j["update"].get<int64_t>() % 2 == 0) continue;  // probed
     const auto& t = j["time"];
     const double fwd_bwd = t["forward_s"].get<double>() + t["backward_s"].get<double>();
     const double s = t["stats_comm_s"].get<double>(), g = t["grad_comm_s"].get<double>(),
@@ -293,19 +302,10 @@ std::vector<std::pair<size_t, double>> sweep_allreduce(pn::Communicator& comm,
   return out;
 }
 
-// --predict: the statistics all-reduces of one update of the language model that `opt` describes
-// (its sync_* places; one micro-step per update), replayed back to back over this job's sync
-// groups, as pntrain packs them: sync_batch [count | sum x | sum x^2] then [sum dy | sum dy x],
-// sync_power_v and sync_power [count | sum x^2] then [sum g xh]. Seconds per update (60
-// replays, low_quantile as the sweep) and the message count and bytes; zeros without
-// synchronized norms.
-struct Replay {
-  int messages = 0;
-  size_t bytes = 0;
-  double seconds = 0;
-};
-Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
-                         const pn::Options& opt) {
+// The statistics all-reduces (doubles each) of one micro-step of the language model that `opt`
+// describes, as pntrain packs them: sync_batch [count | sum x | sum x^2] then
+// [sum dy | sum dy x], sync_power_v and sync_power [count | sum x^2] then [sum g xh].
+std::vector<size_t> statistics_messages(const pn::Options& opt) {
   const int d = opt.decoder_embed_dim;
   std::vector<size_t> doubles;
   for (int l = 0; l <= opt.decoder_layers; ++l)
@@ -316,11 +316,25 @@ Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
       if (kind == "sync_power_v" || kind == "sync_power")
         doubles.insert(doubles.end(), {size_t(1 + d), size_t(d)});
     }
+  return doubles;
+}
+
+// --predict: those of one update (one micro-step), replayed back to back over this job's sync
+// groups. Seconds per update (60 replays, low_quantile as the sweep) and the message count and
+// bytes; zeros without synchronized norms.
+struct Replay {
+  int messages = 0;
+  size_t bytes = 0;
+  double seconds = 0;
+};
+Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
+                         const pn::Options& opt) {
+  const std::vector<size_t> doubles = statistics_messages(opt);
   Replay r;
   r.messages = int(doubles.size());
   for (size_t n : doubles) r.bytes += 8 * n;
   if (doubles.empty()) return r;
-  std::vector<double> buf(2 * size_t(d) + 1, 1.0);
+  std::vector<double> buf(*std::max_element(doubles.begin(), doubles.end()), 1.0);
   std::vector<double> times;
   comm.barrier();
   for (int rep = 0; rep < 63; ++rep) {
@@ -331,6 +345,37 @@ Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
   }
   r.seconds = low_quantile(times, comm);
   return r;
+}
+
+// --probe-allreduce: per probe size, the median over its probed updates of the update's probe
+// seconds (summed as the statistics time is), divided by the all-reduces per update: seconds per
+// all-reduce, appended to DIR/allreduce_in_training.csv and printed.
+void write_probes(const std::string& dir, const std::string& norm, const pn::Communicator& comm,
+                  int group_size, double stats_bytes_per_update, bool oversubscribed,
+                  const std::vector<std::pair<size_t, double>>& probes, size_t per_update) {
+  namespace fs = std::filesystem;
+  std::map<size_t, std::vector<double>> sums;  // bytes -> per probed update
+  for (size_t i = 0; i + per_update <= probes.size(); i += per_update) {
+    double sum = 0;
+    for (size_t j = i; j < i + per_update; ++j) sum += probes[j].second;
+    sums[probes[i].first].push_back(sum / double(per_update));
+  }
+  fs::create_directories(dir);
+  const std::string path = (fs::path(dir) / "allreduce_in_training.csv").string();
+  const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw std::runtime_error("cannot write '" + path + "': check --predict-out");
+  if (fresh)
+    out << "norm,ranks,sync_group_size,stats_bytes_per_update,bytes,seconds,updates,"
+           "oversubscribed\n";
+  std::string line = "pnbench | probe all-reduces in training, us each:";
+  for (const auto& [bytes, secs] : sums) {
+    out << norm << ',' << comm.size() << ',' << group_size << ',' << fixed(stats_bytes_per_update, 0)
+        << ',' << bytes << ',' << median(secs) << ',' << secs.size() << ',' << oversubscribed
+        << '\n';
+    line += " " + std::to_string(bytes) + " B " + fixed(1e6 * median(secs), 1) + ";";
+  }
+  std::printf("%s -> %s\n", line.c_str(), path.c_str());
 }
 
 int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string& csv,
@@ -477,9 +522,18 @@ int main(int argc, char** argv) {
     if (device == pn::Device::CUDA && b.split_wait)
       throw std::invalid_argument("--split-stats-wait times host all-reduces; on --device cuda "
                                   "the statistics are summed on the GPU's stream: drop the flag");
+    if (b.probe && !b.split_wait)
+      throw std::invalid_argument("--probe-allreduce times its probes after the barrier of "
+                                  "--split-stats-wait: add --split-stats-wait");
+    if (b.probe && (opt.arch != "transformer_lm" || statistics_messages(opt).empty() || R == 1))
+      throw std::invalid_argument("--probe-allreduce needs statistics all-reduces of the "
+                                  "language model: --arch transformer_lm, a sync_* norm and "
+                                  "more than one rank");
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     pn::Corpus corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
     double stats_per_update = 0, stats_bytes_per_update = 0, grad_allreduce_s = 0;
+    std::vector<std::pair<size_t, double>> probes;  // rank 0's, after the warm-up updates
+    size_t probe_period = 0;
     {
       pn::DeviceScope scope(device, comm->local_rank(), pn::parse_gemm_math(opt.precision));
       if (comm->rank() == 0 && device != pn::Device::CPU)
@@ -488,13 +542,31 @@ int main(int argc, char** argv) {
       pn::Communicator& stats = trainer.stats_communicator();
       const bool counted = &stats != comm.get();  // one rank: no statistics all-reduce at all
       stats.wait_apart = b.split_wait && counted;
+      if (b.probe && counted) {
+        stats.probe_period = int64_t(statistics_messages(opt).size()) * opt.update_freq;
+        // Dense where the statistics are (d = 64 to 1024: 0.5 to 16 KiB), so that each of
+        // their messages lies between two probes; Open MPI's shared-memory eager limit is 4 KiB.
+        stats.probe_bytes = {8, 512, 1024, 2048, 4096, 8192, 16384};
+      }
       trainer.train();
+      if (stats.probe_period > 0) {
+        if (stats.allreduce_count != stats.probe_period * opt.max_update)
+          throw std::runtime_error(
+              "--probe-allreduce: " + std::to_string(stats.allreduce_count) +
+              " statistics all-reduces in " + std::to_string(opt.max_update) +
+              " updates, not the model's " + std::to_string(stats.probe_period) +
+              " per update, so probed and measured updates mixed: drop --probe-allreduce");
+        probe_period = size_t(stats.probe_period);
+        const size_t warm = b.warmup / 2 * probe_period;  // the probes of warm-up updates
+        probes.assign(stats.probe_times.begin() + std::min(warm, stats.probe_times.size()),
+                      stats.probe_times.end());
+      }
       stats_per_update = counted ? double(stats.allreduce_count) / opt.max_update : 0;
       stats_bytes_per_update = counted ? double(stats.allreduce_bytes) / opt.max_update : 0;
       grad_allreduce_s = time_gradient_allreduce(*comm, trainer.params().size(), opt.bucket_mb);
     }  // the trainer closes the metrics file
     if (comm->rank() == 0) {
-      Medians m = read_medians(opt.metrics, b.warmup + 1);
+      Medians m = read_medians(opt.metrics, b.warmup + 1, !probes.empty());
       if (own_metrics) std::filesystem::remove(opt.metrics);
       if (m.updates == 0)
         throw std::runtime_error("no measured update in the metrics (every update skipped as "
@@ -531,6 +603,9 @@ int main(int argc, char** argv) {
         std::printf("pnbench | stats all-reduce %.2f ms: wait for the group's slowest rank "
                     "%.2f ms, transfer after it %.2f ms (medians of each)\n",
                     1e3 * m.stats_s, 1e3 * m.stats_wait_s, 1e3 * m.stats_transfer_s);
+      if (!probes.empty()) write_probes(b.predict_out, norm, *comm, pn::sync_group_ranks(opt, R),
+                                        stats_bytes_per_update, oversubscribed, probes,
+                                        probe_period);
       if (!b.csv.empty())
         append_row(b.csv,
                    {norm, device_label, b.mode, std::to_string(R), std::to_string(cores),

@@ -10,23 +10,24 @@ against pnbench's measurement, and carried to 8-1024 GPUs with published NCCL fi
    t(bytes) = alpha + beta * bytes, least squares on the relative error (so that the
    latency-bound small messages weigh as much as the bandwidth-bound large ones).
 2. Check. (a) Each row of --bench (pnbench's CSV) with statistics all-reduces predicts its
-   statistics time per update from its own counts: count * alpha + bytes * beta. A row that
-   pnbench --split-stats-wait measured compares its transfer (stats_transfer_ms, the
-   all-reduces after a barrier has gathered the group) with a fit of the transfers measured the
-   same way at other message sizes (other model widths and norms of the same job and group;
-   leave one out, so the row never predicts itself): an all-reduce between forward and
-   backward finds cold caches and costs several times a back-to-back one. Other rows compare
-   stats_allreduce_ms (which includes the time a rank waits for slower peers: no alpha-beta
-   model holds that) with the fit of the sweep. (b) The same
+   statistics time per update from its own counts. A row that pnbench --split-stats-wait
+   --probe-allreduce measured compares its transfer (stats_transfer_ms, the all-reduces after a
+   barrier has gathered the group) with count * t(bytes / count), where t is the cost per
+   all-reduce that the probes of the same run measured inside training (--in-training), as
+   alpha-beta lines between neighbouring probe sizes: an all-reduce between forward and
+   backward finds cold caches and costs 5-50 times a back-to-back one, and Open MPI changes
+   protocol at 4 KiB, so no single line over all sizes holds there. Other rows compare
+   stats_transfer_ms, or else stats_allreduce_ms (which includes the time a rank waits for
+   slower peers: no alpha-beta model holds that), with the fit of the sweep. (b) The same
    prediction for replay.csv beside --sweep: one update's statistics all-reduces replayed back
-   to back by pnbench --predict (the pure transfer cost).
+   to back by pnbench --predict (the pure transfer cost), against the sweep's fit.
 3. Scale-out. For a GPT-2-small-sized LM and the configs/paper_iwslt14.ini model, the share of
    an update that the statistics all-reduces take, for sync_batch (sync-BN) and sync_power_v
    (sync-PN-V) in groups of 8 GPUs (one NVLink node) and across the whole job, against PN
    (no statistics all-reduce), at 8, 64, 256 and 1024 GPUs, with the NCCL figures of NCCL below.
    Every number there is a prediction; SOURCES says which inputs are published and which assumed.
 
-Usage: predict.py --sweep allreduce.csv [--bench bench.csv] --out DIR
+Usage: predict.py --sweep allreduce.csv [--bench bench.csv] [--in-training CSV] --out DIR
 Writes DIR/fit.csv, DIR/check.csv, DIR/scaleout.csv and DIR/scaleout.png (with matplotlib).
 """
 import argparse
@@ -89,6 +90,19 @@ def fit(points):
     alpha = (r1 * s22 - r2 * s12) / det
     beta = (s11 * r2 - s12 * r1) / det
     return alpha, beta
+
+
+def piecewise(points, x):
+    """Cost at x bytes on the alpha-beta line through the two measured sizes around x (the
+    nearest two at either end)."""
+    pts = sorted(points)
+    if len(pts) == 1:
+        return pts[0][1]
+    i = 1
+    while i < len(pts) - 1 and pts[i][0] < x:
+        i += 1
+    (x0, t0), (x1, t1) = pts[i - 1], pts[i]
+    return t0 + (t1 - t0) * (x - x0) / (x1 - x0)
 
 
 def nccl_time(gpus, nbytes):
@@ -159,7 +173,7 @@ def write_csv(path, rows):
         w.writerows(rows)
 
 
-def plot(rows, fits, sweep, path):
+def plot(rows, fits, sweep, probes, path):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -175,11 +189,18 @@ def plot(rows, fits, sweep, path):
         a, b = fits[r]
         xs = [p[0] for p in pts]
         ax.plot(xs, [1e6 * (a + b * x) for x in xs], "-", color=line.get_color())
+    # The in-training probes of the sync_batch runs with a core per rank.
+    for (norm, r, k, per_update), pts in sorted(probes.items()):
+        if norm == "sync_batch" and not pts.get("oversubscribed"):
+            xs = sorted(b for b in pts if b != "oversubscribed")
+            ax.plot(xs, [1e6 * pts[b] for b in xs], "x--", lw=0.8,
+                    label="%d ranks in training, %s %d B/update" % (r, norm, per_update))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message bytes")
     ax.set_ylabel("us per all-reduce")
-    ax.set_title("measured here (dots) and alpha-beta fit (lines)", fontsize=9)
+    ax.set_title("measured here: back to back (dots) with alpha-beta fit (lines); in training (x)",
+                 fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     for ax, model in zip(axes[1:], MODELS):
@@ -227,6 +248,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sweep", required=True, help="allreduce.csv of pnbench --predict")
     ap.add_argument("--bench", help="pnbench CSV with statistics all-reduce rows to check")
+    ap.add_argument("--in-training", help="allreduce_in_training.csv of pnbench "
+                    "--probe-allreduce (default: beside --sweep)")
     ap.add_argument("--out", required=True, help="output directory")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -253,33 +276,36 @@ def main():
     if fit_rows:
         write_csv(os.path.join(a.out, "fit.csv"), fit_rows)
 
+    # The probes of each pnbench --probe-allreduce run (newest per size):
+    # (norm, ranks, K, statistics bytes per update) -> {bytes: seconds per all-reduce}.
+    probes = defaultdict(dict)
+    in_training = a.in_training or os.path.join(
+        os.path.dirname(os.path.abspath(a.sweep)), "allreduce_in_training.csv")
+    if os.path.exists(in_training):
+        for p in csv.DictReader(open(in_training)):
+            run = (p["norm"], int(p["ranks"]), int(p["sync_group_size"]),
+                   round(float(p["stats_bytes_per_update"])))
+            probes[run][int(p["bytes"])] = float(p["seconds"])
+            probes[run]["oversubscribed"] = p["oversubscribed"] == "1"
     if a.bench and os.path.exists(a.bench):
         rows = [r for r in csv.DictReader(open(a.bench))
                 if float(r.get("stats_allreduces_per_update") or 0) > 0]
         key_of = lambda r: (int(r["ranks"]), int(r.get("sync_group_size") or 0))
-        # Transfers that pnbench --split-stats-wait measured in training, per job and group:
-        # (bytes per all-reduce, seconds per all-reduce).
-        transfers = defaultdict(list)
-        for i, r in enumerate(rows):
-            if r.get("stats_transfer_ms"):
-                n = float(r["stats_allreduces_per_update"])
-                transfers[key_of(r)].append(
-                    (i, float(r["stats_bytes_per_update"]) / n, 1e-3 * float(r["stats_transfer_ms"]) / n))
         check = []
-        for i, row in enumerate(rows):
+        for row in rows:
             key, split = key_of(row), bool(row.get("stats_transfer_ms"))
             n, nbytes = float(row["stats_allreduces_per_update"]), float(row["stats_bytes_per_update"])
-            # A transfer measured in training is predicted from the other message sizes measured
-            # the same way (leave one out: the row's own measurement is not in its fit), when
-            # there are two sizes besides its own; otherwise from the back-to-back sweep.
-            others = [(b, t) for j, b, t in transfers[key] if j != i and b != nbytes / n]
-            if split and len({b for b, _ in others}) >= 2:
-                (al, be), model = fit(others), "in training, other sizes"
+            run = (row["norm"], key[0], key[1], round(nbytes))
+            # One run's messages differ by a few bytes at most (pntrain packs d or 2d sums and
+            # a count): each is predicted at their mean size.
+            sizes = [(b, t) for b, t in probes.get(run, {}).items() if b != "oversubscribed"]
+            if split and len(sizes) >= 2:
+                pred, model = 1e3 * n * piecewise(sizes, nbytes / n), "in training, probes"
             elif key in fits:
-                (al, be), model = fits[key], "sweep"
+                al, be = fits[key]
+                pred, model = 1e3 * (n * al + nbytes * be), "sweep"
             else:
                 continue
-            pred = 1e3 * (n * al + nbytes * be)
             meas = float(row["stats_transfer_ms"] if split else row["stats_allreduce_ms"])
             check.append(dict(norm=row["norm"], ranks=row["ranks"], sync_group_size=key[1],
                               measured="transfer" if split else "wait + transfer", model=model,
@@ -323,7 +349,7 @@ def main():
             r["stats_ms"], 100 * r["stats_share"]))
     print("\n" + SOURCES)
     png = os.path.join(a.out, "scaleout.png")
-    if plot(rows, fits, sweep, png):
+    if plot(rows, fits, sweep, probes, png):
         print("predict: wrote %s" % png)
     else:
         print("predict: matplotlib is missing, so %s was skipped" % png)

@@ -114,26 +114,36 @@ out=$("$pnbench" --max-tokens 64 2>&1); rc=$?
 
 # --split-stats-wait: the statistics time of a 2-rank sync_batch row split into the wait at a
 # barrier and the transfer after it (both columns filled, neither negative; the bench.py rows
-# above, without the flag, leave them empty).
+# above, without the flag, leave them empty). With --probe-allreduce, updates 2 and 4 probe
+# 8 B and 512 B all-reduces and update 3 alone is measured.
+out=$("$pnbench" --probe-allreduce --norm sync_batch "${tiny[@]}" 2>&1); rc=$?
+{ [ $rc -ne 0 ] && grep -q -- "add --split-stats-wait" <<<"$out"; } ||
+  fail "--probe-allreduce without --split-stats-wait: exit $rc: $out"
 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
-  "$pnbench" --split-stats-wait --mode weak --tokens 64 --warmup 1 --measure 3 \
-  --csv "$tmp/split.csv" --norm sync_batch "${tiny[@]}" > "$tmp/split.log" 2>&1 ||
-  fail "--split-stats-wait: exit $?: $(tail -3 "$tmp/split.log")"
+  "$pnbench" --split-stats-wait --probe-allreduce --predict-out "$tmp/p" --mode weak \
+  --tokens 64 --warmup 1 --measure 3 --csv "$tmp/split.csv" --norm sync_batch "${tiny[@]}" \
+  > "$tmp/split.log" 2>&1 || fail "--split-stats-wait: exit $?: $(tail -3 "$tmp/split.log")"
 grep -q "transfer after it" "$tmp/split.log" || fail "--split-stats-wait printed no split: $(cat "$tmp/split.log")"
-"$py" - "$tmp/split.csv" "$tmp/b/bench.csv" <<'PY' || fail "--split-stats-wait columns"
+"$py" - "$tmp/split.csv" "$tmp/b/bench.csv" "$tmp/p/allreduce_in_training.csv" <<'PY' || fail "--split-stats-wait columns"
 import csv, sys
 row, = list(csv.DictReader(open(sys.argv[1])))
 wait, transfer = float(row["stats_wait_ms"]), float(row["stats_transfer_ms"])
 assert wait >= 0 and transfer > 0 and float(row["stats_allreduce_ms"]) > 0, row
+assert row["measured_updates"] == "1", row  # update 3; 2 and 4 probed
 assert all(r["stats_wait_ms"] == "" and r["stats_transfer_ms"] == ""
            for r in csv.DictReader(open(sys.argv[2]))), "rows without the flag have a split"
+probes = list(csv.DictReader(open(sys.argv[3])))
+assert [(p["bytes"], p["updates"]) for p in probes] == [("8", "1"), ("512", "1")], probes
+assert all(float(p["seconds"]) > 0 and p["ranks"] == "2" and p["norm"] == "sync_batch" and
+           p["stats_bytes_per_update"] == row["stats_bytes_per_update"] for p in probes), probes
 print("split ok")
 PY
 
 # --predict: the all-reduce sweep of a 2-rank job (up to a 64 KiB bucket), the replayed
 # statistics of one update, the fit and the scale-out table (numbers are never asserted, only
 # that they are there and that PN's share is 0 and the whole-job groups cost at least the
-# groups of 8); the check of the model against the split row above compares its transfer.
+# groups of 8); the check of the model against the split row above compares its transfer with
+# its probes.
 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 -x OMP_NUM_THREADS=1 \
   "$pnbench" --predict --predict-out "$tmp/p" --csv "$tmp/split.csv" --norm sync_batch \
   --bucket-mb 0.0625 "${tiny[@]}" \
@@ -154,7 +164,7 @@ check = list(csv.DictReader(open(os.path.join(d, "check_replay.csv"))))
 assert len(check) == 1 and float(check[0]["predicted_ms"]) > 0, check
 split, = list(csv.DictReader(open(os.path.join(d, "..", "split.csv"))))
 check, = list(csv.DictReader(open(os.path.join(d, "check.csv"))))
-assert check["measured"] == "transfer", check
+assert check["measured"] == "transfer" and check["model"] == "in training, probes", check
 assert abs(float(check["measured_ms"]) - float(split["stats_transfer_ms"])) < 1e-9, (check, split)
 rows = list(csv.DictReader(open(os.path.join(d, "scaleout.csv"))))
 assert sorted({int(r["gpus"]) for r in rows}) == [8, 64, 256, 1024], rows
