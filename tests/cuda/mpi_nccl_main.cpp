@@ -1,9 +1,11 @@
-// The NCCL communicator across ranks, run by ctest as `mpirun -np 2 pn_cuda_mpi_tests`.
+// The NCCL communicator across ranks, and training in sync groups on the GPU, run by ctest as
+// `mpirun -np 2 pn_cuda_mpi_tests`.
 // With a GPU per rank it exercises NCCL itself; with two ranks on one GPU, the host-staged
 // fallback (same results, a warning). Without a GPU on some rank every rank exits 77, which
 // ctest reports as skipped. Every rank runs every test; only rank 0 prints.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -11,8 +13,11 @@
 
 #include "comm/communicator.h"
 #include "comm/nccl_comm.h"
+#include "kernels/device.h"
 #include "kernels/norm_kernels.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/lm_fixtures.h"
+#include "trainer/trainer.h"
 
 namespace pn::test {
 namespace {
@@ -88,6 +93,40 @@ TEST(NcclAcrossRanks, SynchronizedStatisticsEqualOneProcess) {
   comm.allreduce_sum_device(stats.data(), stats.size(), nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
   expect_close("statistics over all ranks", stats.download(), all, 1e-12, 1e-9);
+}
+
+// Sync groups on the GPU, one rank per GPU where there are several (NCCL) and ranks sharing
+// one otherwise (the host-staged sums): sync_batch and sync_power train in groups of 1 and of
+// the whole job as on the CPU (losses to 1e-4 relative: GPU sums are ordered differently), and
+// groups of 1 train as the local twin on the GPU.
+TEST(NcclAcrossRanks, SyncGroupsTrainAsOnTheCpu) {
+  Communicator& comm = *g_comm;
+  const std::pair<const char*, const char*> norms[] = {{"sync_batch", "batch"},
+                                                        {"sync_power", "power"}};
+  for (const auto& [norm, twin] : norms)
+    for (int K : {1, comm.size()}) {
+      Options o = small_lm();
+      o.norm_self = o.norm_ff = o.norm_final = norm;
+      o.max_tokens = 32;
+      o.sync_group_size = K;
+      o.bucket_mb = 0.01;
+      const auto losses = [&](const Options& opt, Device device) {
+        DeviceScope scope(device, comm.local_rank());
+        return Trainer(opt, comm, builtin()).train().losses;
+      };
+      const std::vector<double> gpu = losses(o, Device::CUDA), cpu = losses(o, Device::CPU);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      for (size_t u = 0; u < cpu.size(); ++u)
+        EXPECT_NEAR(gpu[u], cpu[u], 1e-4 * std::abs(cpu[u])) << norm << " K " << K << " update "
+                                                             << u + 1;
+      if (K != 1) continue;
+      Options local = o;
+      local.norm_self = local.norm_ff = local.norm_final = twin;
+      const std::vector<double> alone = losses(local, Device::CUDA);
+      for (size_t u = 0; u < cpu.size(); ++u)
+        EXPECT_NEAR(gpu[u], alone[u], 1e-6 * std::abs(alone[u])) << norm << " K 1 vs " << twin
+                                                                 << " update " << u + 1;
+    }
 }
 
 }  // namespace
