@@ -19,7 +19,7 @@
 #   memcheck        [90] compute-sanitizer --tool memcheck over the kernel tests
 #   racecheck       [60] compute-sanitizer --tool racecheck over the kernel tests with shared
 #                   memory
-#   nccl_2ranks     [60] 2 ranks on the one GPU through the staged fallback (and training in
+#   nccl_2ranks     [30] 2 ranks on the one GPU through the staged fallback (and training in
 #                   sync groups there against the CPU), when MPI came along
 #   norm_bench      [40] every norm's forward + backward beside a device copy of the same bytes,
 #                   at d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
@@ -176,7 +176,7 @@ step racecheck 60 "${bundled[@]}" "$SAN" --tool racecheck --error-exitcode 1 "$B
   --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
 if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
   export OMPI_MCA_mca_base_component_path="$B/mpi/plugins" OPAL_PKGDATADIR="$B/mpi/share"
-  step nccl_2ranks 60 "${bundled[@]}" "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none \
+  step nccl_2ranks 30 "${bundled[@]}" "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none \
     -np 2 -x LD_LIBRARY_PATH "$B/bin/pn_cuda_mpi_tests"
 fi
 # ---- measurements --------------------------------------------------------------------------
