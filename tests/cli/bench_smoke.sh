@@ -165,6 +165,12 @@ assert len(check) == 1 and float(check[0]["predicted_ms"]) > 0, check
 split, = list(csv.DictReader(open(os.path.join(d, "..", "split.csv"))))
 check, = list(csv.DictReader(open(os.path.join(d, "check.csv"))))
 assert check["measured"] == "transfer" and check["model"] == "in training, probes", check
+# Predicted = count x the line through the 8 B and 512 B probes at the mean message size.
+t = {int(p["bytes"]): float(p["seconds"])
+     for p in csv.DictReader(open(os.path.join(d, "allreduce_in_training.csv")))}
+n, per = float(split["stats_allreduces_per_update"]), float(split["stats_bytes_per_update"])
+want = 1e3 * n * (t[8] + (t[512] - t[8]) * (per / n - 8) / (512 - 8))
+assert abs(float(check["predicted_ms"]) - want) <= 1e-9 * abs(want), (check, want)
 assert abs(float(check["measured_ms"]) - float(split["stats_transfer_ms"])) < 1e-9, (check, split)
 rows = list(csv.DictReader(open(os.path.join(d, "scaleout.csv"))))
 assert sorted({int(r["gpus"]) for r in rows}) == [8, 64, 256, 1024], rows
