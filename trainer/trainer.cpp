@@ -568,10 +568,6 @@ struct Trainer::UpdateStats {
   double stats_wait_s = 0;  // of stats_comm_s, the barrier wait when the communicator splits it
 };
 
-// One update is: gather this rank's micro-batches through forward and backward (the gradient
-// all-reduce starts during the last backward), finish the all-reduce, and step (or skip a
-// non-finite update). Then the periodic work: logging, the cross-rank check, validation, and the
-// end of the update (checkpoints, and the stop every rank agrees on).
 // The last update that --max-update and --max-epoch allow (early stopping aside).
 int64_t Trainer::last_allowed_update(const Task& task) const {
   if (!(opt_.max_epoch > 0)) return opt_.max_update;
@@ -579,6 +575,10 @@ int64_t Trainer::last_allowed_update(const Task& task) const {
                            int64_t(std::ceil(double(opt_.max_epoch) / task.epoch_of(1) - 1e-9)));
 }
 
+// One update is: gather this rank's micro-batches through forward and backward (the gradient
+// all-reduce starts during the last backward), finish the all-reduce, and step (or skip a
+// non-finite update). Then the periodic work: logging, the cross-rank check, validation, and the
+// end of the update (checkpoints, and the stop every rank agrees on).
 TrainResult Trainer::train() {
   Task task;
   make_task(&task);
