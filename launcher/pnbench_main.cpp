@@ -237,14 +237,20 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
+// A CSV file opened to append to, with `header` written first when the file is new or empty;
+// `fix` ends the error that names it.
+std::ofstream append_csv(const std::string& path, const std::string& header,
+                         const std::string& fix) {
+  const bool fresh = !std::filesystem::exists(path) || std::filesystem::file_size(path) == 0;
+  std::ofstream out(path, std::ios::app);
+  if (!out) throw std::runtime_error("cannot write the CSV file '" + path + "': " + fix);
+  if (fresh) out << header << '\n';
+  return out;
+}
+
 void append_row(const std::string& csv, const std::vector<std::string>& row) {
-  const bool fresh = !std::filesystem::exists(csv) || std::filesystem::file_size(csv) == 0;
-  std::ofstream out(csv, std::ios::app);
-  if (!out)
-    throw std::runtime_error("cannot write the CSV file '" + csv +
-                             "': check that its directory exists and is writable");
-  if (fresh) out << join(kColumns, ',') << '\n';
-  out << join(row, ',') << '\n';
+  append_csv(csv, join(kColumns, ','), "check that its directory exists and is writable")
+      << join(row, ',') << '\n';
 }
 
 // The gradient all-reduce alone: the trainer's buckets of the n-float gradient (bucket_mb MB;
@@ -362,12 +368,10 @@ void write_probes(const std::string& dir, const std::string& norm, const pn::Com
   }
   fs::create_directories(dir);
   const std::string path = (fs::path(dir) / "allreduce_in_training.csv").string();
-  const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;
-  std::ofstream out(path, std::ios::app);
-  if (!out) throw std::runtime_error("cannot write '" + path + "': check --predict-out");
-  if (fresh)
-    out << "norm,ranks,sync_group_size,stats_bytes_per_update,bytes,seconds,updates,"
-           "oversubscribed\n";
+  std::ofstream out = append_csv(path,
+                                 "norm,ranks,sync_group_size,stats_bytes_per_update,bytes,"
+                                 "seconds,updates,oversubscribed",
+                                 "check --predict-out");
   std::string line = "pnbench | probe all-reduces in training, us each:";
   for (const auto& [bytes, secs] : sums) {
     out << norm << ',' << comm.size() << ',' << group_size << ',' << fixed(stats_bytes_per_update, 0)
@@ -391,10 +395,8 @@ int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string
   namespace fs = std::filesystem;
   fs::create_directories(b.predict_out);
   const std::string path = (fs::path(b.predict_out) / "allreduce.csv").string();
-  const bool fresh = !fs::exists(path) || fs::file_size(path) == 0;
-  std::ofstream out(path, std::ios::app);
-  if (!out) throw std::runtime_error("cannot write '" + path + "': check --predict-out");
-  if (fresh) out << "ranks,sync_group_size,bytes,seconds,oversubscribed\n";
+  std::ofstream out = append_csv(path, "ranks,sync_group_size,bytes,seconds,oversubscribed",
+                                 "check --predict-out");
   const int cores = pn::hardware_cores();
   for (const auto& [bytes, secs] : sweep) {
     out << comm.size() << ',' << K << ',' << bytes << ',' << secs << ','
@@ -405,10 +407,9 @@ int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string
   out.close();
   if (replay.messages > 0) {
     const std::string rpath = (fs::path(b.predict_out) / "replay.csv").string();
-    const bool rfresh = !fs::exists(rpath) || fs::file_size(rpath) == 0;
-    std::ofstream rout(rpath, std::ios::app);
-    if (!rout) throw std::runtime_error("cannot write '" + rpath + "': check --predict-out");
-    if (rfresh) rout << "norm,ranks,sync_group_size,messages,bytes,seconds,oversubscribed\n";
+    std::ofstream rout =
+        append_csv(rpath, "norm,ranks,sync_group_size,messages,bytes,seconds,oversubscribed",
+                   "check --predict-out");
     rout << norm_label(opt) << ',' << comm.size() << ',' << K
          << ',' << replay.messages << ',' << replay.bytes << ',' << replay.seconds << ','
          << (comm.local_size() > cores) << '\n';
