@@ -173,7 +173,7 @@ def write_csv(path, rows):
         w.writerows(rows)
 
 
-def plot(rows, fits, sweep, probes, path):
+def plot(rows, fits, sweep, probes, crowded, path):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -190,9 +190,10 @@ def plot(rows, fits, sweep, probes, path):
         xs = [p[0] for p in pts]
         ax.plot(xs, [1e6 * (a + b * x) for x in xs], "-", color=line.get_color())
     # The in-training probes of the sync_batch runs with a core per rank.
-    for (norm, r, k, per_update), pts in sorted(probes.items()):
-        if norm == "sync_batch" and not pts.get("oversubscribed"):
-            xs = sorted(b for b in pts if b != "oversubscribed")
+    for run, pts in sorted(probes.items()):
+        norm, r, k, per_update = run
+        if norm == "sync_batch" and run not in crowded:
+            xs = sorted(pts)
             ax.plot(xs, [1e6 * pts[b] for b in xs], "x--", lw=0.8,
                     label="%d ranks in training, %s %d B/update" % (r, norm, per_update))
     ax.set_xscale("log", base=2)
@@ -279,6 +280,7 @@ def main():
     # The probes of each pnbench --probe-allreduce run (newest per size):
     # (norm, ranks, K, statistics bytes per update) -> {bytes: seconds per all-reduce}.
     probes = defaultdict(dict)
+    crowded = set()  # the runs with more ranks than cores
     in_training = a.in_training or os.path.join(
         os.path.dirname(os.path.abspath(a.sweep)), "allreduce_in_training.csv")
     if os.path.exists(in_training):
@@ -286,7 +288,8 @@ def main():
             run = (p["norm"], int(p["ranks"]), int(p["sync_group_size"]),
                    round(float(p["stats_bytes_per_update"])))
             probes[run][int(p["bytes"])] = float(p["seconds"])
-            probes[run]["oversubscribed"] = p["oversubscribed"] == "1"
+            if p["oversubscribed"] == "1":
+                crowded.add(run)
     if a.bench and os.path.exists(a.bench):
         rows = [r for r in csv.DictReader(open(a.bench))
                 if float(r.get("stats_allreduces_per_update") or 0) > 0]
@@ -298,9 +301,9 @@ def main():
             run = (row["norm"], key[0], key[1], round(nbytes))
             # One run's messages differ by a few bytes at most (pntrain packs d or 2d sums and
             # a count): each is predicted at their mean size.
-            sizes = [(b, t) for b, t in probes.get(run, {}).items() if b != "oversubscribed"]
-            if split and len(sizes) >= 2:
-                pred, model = 1e3 * n * piecewise(sizes, nbytes / n), "in training, probes"
+            if split and len(probes.get(run, {})) >= 2:
+                pred, model = 1e3 * n * piecewise(probes[run].items(), nbytes / n), \
+                    "in training, probes"
             elif key in fits:
                 al, be = fits[key]
                 pred, model = 1e3 * (n * al + nbytes * be), "sweep"
@@ -349,7 +352,7 @@ def main():
             r["stats_ms"], 100 * r["stats_share"]))
     print("\n" + SOURCES)
     png = os.path.join(a.out, "scaleout.png")
-    if plot(rows, fits, sweep, probes, png):
+    if plot(rows, fits, sweep, probes, crowded, png):
         print("predict: wrote %s" % png)
     else:
         print("predict: matplotlib is missing, so %s was skipped" % png)
