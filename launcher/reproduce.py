@@ -30,12 +30,15 @@ Presets (--quick is the default):
                     short runs first; test perplexity of the best-validation checkpoint;
                     learning curves (figs/curves_medium.png); no Figure 5-6 cells. An
                     interrupted cell resumes from its last checkpoint
+  lm long           configs/reproduce_long_ptb.ini: the medium recipe to the paper's 30 epochs
+                    and its early stopping (5 epochs without gain), PN's alphas the medium
+                    tuning's choice (0.9 for both variants, in the config); cells as medium's
   lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
                     Transformer in place of the tensorized one), seeds 1,2,3
   translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split, seeds 1,2
   translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
 
-Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--medium|--full]
+Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--medium|--long|--full]
                     [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR]
                     [--no-ablation] [--report-only] [-- extra pntrain flags for every cell]
 """
@@ -66,6 +69,8 @@ PRESETS = {
                       "batch,power", 0, "1,2", 100),
     ("lm", "medium"): ("reproduce_medium_ptb.ini", os.path.join(DATA, "ptb"), None, None, 0,
                        "1", None),
+    ("lm", "long"): ("reproduce_long_ptb.ini", os.path.join(DATA, "ptb"), None, None, 0,
+                     "1", None),
     ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
                      "layer,batch,power_v,power", 0, "1,2,3", None),
     ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
@@ -85,6 +90,8 @@ ALPHA_GRID = ("0.9", "0.95", "0.99")
 TUNE_UPDATES = 340
 # The seed of the tuning runs: one choice per PN variant, whichever --seeds a run trains.
 TUNE_SEED = 1
+# The presets whose cells train to --max-epoch or early stopping and resume from a checkpoint.
+EPOCH_PRESETS = ("medium", "long")
 ENCODER_NORM_FLAGS = ["--encoder-norm-self", "--encoder-norm-ff", "--encoder-norm-final"]
 
 
@@ -205,7 +212,7 @@ class Runner:
 
     def table_cell(self, key, norm, norm_flags, seed, probe, tag):
         """Trains one (variant, seed) cell and evaluates its last checkpoint; returns its row."""
-        if self.a.preset == "medium":
+        if self.a.preset in EPOCH_PRESETS:
             return self.medium_cell(key, norm, norm_flags, seed, tag)
         cell_dir = os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
         os.makedirs(cell_dir, exist_ok=True)
@@ -237,7 +244,7 @@ class Runner:
             " BLEU %.2f" % row["bleu"] if self.translation else ""), flush=True)
         return row
 
-    # ---- the medium preset: cells that run to early stopping and resume ----
+    # ---- the medium and long presets: cells that run to early stopping and resume ----
     def medium_cell(self, key, norm, norm_flags, seed, tag):
         """Trains one cell until --max-epoch or early stopping, resuming an interrupted run of
         the same command from its last checkpoint; evaluates checkpoint_best on valid and test."""
@@ -729,7 +736,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     return path
 
 
-def draw_curves(curves, warmup, path):
+def draw_curves(curves, warmup, path, preset):
     """Validation perplexity against epochs for every cell (left), each cell's validation
     perplexity relative to LN's of the same seed at the same update (middle: does the gap
     close?) and, for LN and the PN forms, training nll (mean over 57-update windows) against
@@ -745,7 +752,7 @@ def draw_curves(curves, warmup, path):
     a1.set_yscale("log")
     a1.set_xlabel("epoch")
     a1.set_ylabel("validation perplexity")
-    a1.set_title("PTB validation perplexity (medium preset)", fontsize=10)
+    a1.set_title("PTB validation perplexity (%s preset)" % preset, fontsize=10)
     a1.grid(True, which="both", alpha=0.3)
     a1.legend(fontsize=8)
     for i, (label, c) in enumerate(curves.items()):
@@ -788,18 +795,37 @@ def draw_curves(curves, warmup, path):
     return True
 
 
+def alpha_grid_table(a, labels):
+    """The medium preset's PN momenta table: the best validation perplexity of each short run
+    of ALPHA_GRID and the alpha chosen, per PN variant (markdown lines)."""
+    L = ["", "## PN's momenta (alpha_fwd = alpha_bkw), picked on short runs", "",
+          "| variant | updates | " + " | ".join("alpha %s" % x for x in ALPHA_GRID) + " | chosen |",
+          "|---|---|" + "---|" * (len(ALPHA_GRID) + 1)]
+    for key in ("power", "power_authors"):
+        try:
+            with open(os.path.join(a.out, "tune", "%s.json" % key)) as f:
+                t = json.load(f)
+        except (OSError, ValueError):
+            continue
+        L.append("| %s | %d | %s | %s |" % (labels.get(key, key), t["updates"], " | ".join(
+            "%.1f" % t["best_valid_ppl"][x] if x in t["best_valid_ppl"] else "—"
+            for x in ALPHA_GRID), t["alpha"]))
+    L += ["", "Best validation perplexity of each short run (seed 1, whichever seeds the table has).", ""]
+    return L
+
+
 def write_medium_report(a, runner, rows, vlist, elapsed):
-    """REPORT.md of the medium preset: the table at the best-validation checkpoints, the PN
-    alpha grid, the learning curves of every cell that has started."""
-    L = ["# PowerNorm reproduction: language model, --medium", ""]
+    """REPORT.md of the medium and long presets: the table at the best-validation checkpoints,
+    the PN alpha grid, the learning curves of every cell that has started."""
+    L = ["# PowerNorm reproduction: language model, --%s" % a.preset, ""]
     L.append("Config `%s`, data `%s`, seeds %s, %d rank(s), device %s. Each cell trains until "
              "--max-epoch %s or %s validations without improvement (--patience); its test "
              "perplexity is that of checkpoint_best, the best validation. Generated by "
-             "`launcher/pn reproduce --task lm --medium` (this invocation: %.0f min)." % (
+             "`launcher/pn reproduce --task lm --%s` (this invocation: %.0f min)." % (
                  os.path.relpath(runner.config, ROOT),
                  runner.data if runner.data == "builtin" else os.path.relpath(runner.data, ROOT),
                  a.seeds, a.ranks, a.device, runner.ini.get("max-epoch"),
-                 runner.ini.get("patience"), elapsed / 60))
+                 runner.ini.get("patience"), a.preset, elapsed / 60))
     if runner.extra:
         L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
     L += ["", "## Table 2 analog", "",
@@ -819,19 +845,12 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
                if not math.isfinite(r["valid_ppl"])]
     if missing:
         L += ["", "Not finished: " + ", ".join(missing) + "."]
-    L += ["", "## PN's momenta (alpha_fwd = alpha_bkw), picked on short runs", "",
-          "| variant | updates | " + " | ".join("alpha %s" % x for x in ALPHA_GRID) + " | chosen |",
-          "|---|---|" + "---|" * (len(ALPHA_GRID) + 1)]
-    for key in ("power", "power_authors"):
-        try:
-            with open(os.path.join(a.out, "tune", "%s.json" % key)) as f:
-                t = json.load(f)
-        except (OSError, ValueError):
-            continue
-        L.append("| %s | %d | %s | %s |" % (labels.get(key, key), t["updates"], " | ".join(
-            "%.1f" % t["best_valid_ppl"][x] if x in t["best_valid_ppl"] else "—"
-            for x in ALPHA_GRID), t["alpha"]))
-    L += ["", "Best validation perplexity of each short run (seed 1, whichever seeds the table has).", ""]
+    if a.no_tune:
+        L += ["", "PN's momenta: alpha_fwd %s, alpha_bkw %s for both variants, from the config%s." % (
+            runner.ini.get("pn-alpha-fwd"), runner.ini.get("pn-alpha-bkw"),
+            " (the medium preset's choice on its short runs)" if a.preset == "long" else ""), ""]
+    else:
+        L += alpha_grid_table(a, labels)
     curves = {}
     for key, label, _, _, _ in vlist:
         for seed in runner.seeds:
@@ -841,8 +860,9 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
                 curves["%s s%d" % (label, seed)] = c
     W = int(flag_value(runner.extra, "warmup-updates", runner.ini.get("warmup-updates", "0")))
     L += ["## Learning curves", ""]
-    if draw_curves(curves, W, os.path.join(a.out, "figs", "curves_medium.png")):
-        L += ["![learning curves](figs/curves_medium.png)", ""]
+    fig = "curves_%s.png" % a.preset
+    if draw_curves(curves, W, os.path.join(a.out, "figs", fig), a.preset):
+        L += ["![learning curves](figs/%s)" % fig, ""]
     for label, c in curves.items():
         pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
         L.append("- %s: " % label + ", ".join("ep %.1f: %.1f" % (u / pe, p)
@@ -865,6 +885,9 @@ def main():
     g.add_argument("--medium", dest="preset", action="store_const", const="medium",
                    help="the LM until LN has flattened (configs/reproduce_medium_ptb.ini): "
                         "learning curves, early stopping, tuned PN alphas; hours per cell")
+    g.add_argument("--long", dest="preset", action="store_const", const="long",
+                   help="the medium recipe to the paper's 30 epochs and early stopping "
+                        "(configs/reproduce_long_ptb.ini): about 90 minutes of a core per cell")
     g.add_argument("--full", dest="preset", action="store_const", const="full",
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
@@ -895,8 +918,10 @@ def main():
     translation = a.task == "translation"
     if (a.task, a.preset) not in PRESETS:
         die("--%s is a preset of --task lm only" % a.preset)
-    if a.preset == "medium":
-        a.no_ablation = True  # the medium preset is the Table 2 analog and its curves
+    if a.preset in EPOCH_PRESETS:
+        a.no_ablation = True  # the Table 2 analog and its curves
+    if a.preset == "long":
+        a.no_tune = True  # the config holds the medium tuning's alphas
     cfg_name, data, minis, ab_norms, gen, default_seeds, ab_updates = PRESETS[(a.task, a.preset)]
     a.seeds = a.seeds or default_seeds
     a.gen_sentences = gen if a.gen_sentences is None else a.gen_sentences
@@ -945,7 +970,7 @@ def main():
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
     budget = ("until early stopping (at most %s epochs)" % runner.ini.get("max-epoch")
-              if a.preset == "medium" else "%d updates each" % runner.max_update)
+              if a.preset in EPOCH_PRESETS else "%d updates each" % runner.max_update)
     print("reproduce: %d table cells (%s x seeds %s), %s, config %s -> %s" % (
         len(cells), ",".join(v[0] for v in vlist), a.seeds, budget,
         os.path.relpath(config, ROOT), a.out), flush=True)
@@ -975,7 +1000,7 @@ def main():
             ablation = {"dir": ab_dir, "rows": ab_rows, "args": ab_args,
                         "extra": (["--"] + ab_extra) if ab_extra else [],
                         "ghost": not translation, "update_tokens": a.update_tokens}
-        if a.preset == "medium":
+        if a.preset in EPOCH_PRESETS:
             return write_medium_report(a, runner, rows, vlist, time.time() - t_all)
         if redraw:
             drawn[0] = figures(a, runner, rows, vlist, seeds[0], extra)

@@ -71,6 +71,21 @@ out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --
 grep -q "power .*seed 2: running" <<<"$out" || fail "medium --seeds 2 did not train PN: $out"
 [ "$(grep -c "tune power alpha .*done before, skipped" <<<"$out")" -eq 3 ] ||
   fail "medium --seeds 2 tuned again: $out"
+# The long preset: the medium cells with the config's 30 epochs, patience 10 and PN's alphas
+# from the config (no tuning runs).
+out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --long --data builtin \
+      --norms layer,power --out "$tmp/lg" -- "${mflags[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "long: exit $rc"
+report="$tmp/lg/REPORT.md"
+grep -q "^# PowerNorm reproduction: language model, --long" "$report" || fail "long: title"
+grep -q "until --max-epoch 30 or 10 validations" "$report" || fail "long: not 30 epochs, patience 10"
+grep -q "^| PN (paper) | 1 | [0-9.]* | [0-9.]* |" "$report" || fail "long: no PN row: $(cat "$report")"
+grep -q "alpha_fwd 0.9, alpha_bkw 0.9 for both variants, from the config" "$report" ||
+  fail "long: PN's alphas not reported as the config's"
+[ ! -d "$tmp/lg/tune" ] && ! grep -q -- "--pn-alpha-fwd" "$tmp/lg/table/power_s1/cmd.txt" ||
+  fail "long: tuned PN's alphas: $(cat "$tmp/lg/table/power_s1/cmd.txt")"
+grep -q "reproduce_long_ptb.ini" "$tmp/lg/table/layer_s1/cmd.txt" || fail "long: not its config"
 # A run bounded by --max-epoch ends with its last update out of the updates that bound allows.
 out=$("$pntrain" --max-epoch 1 --max-update 100000 --decoder-layers 1 --decoder-embed-dim 32 \
       --decoder-attention-heads 2 --decoder-ffn-embed-dim 64 --max-tokens 512 2>&1)
