@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -168,6 +169,10 @@ int main(int argc, char** argv) {
         if (!std::filesystem::exists(std::filesystem::path(restore) / "DONE"))
           throw std::invalid_argument("'" + restore + "' is not a complete checkpoint (no DONE "
                                       "marker): pass another --restore-file");
+        const nlohmann::json run = pn::read_checkpoint_header(restore + "/model.bin");
+        using Flags = std::map<std::string, std::string>;
+        pn::resume_flags(argc, argv, run.value("flags", Flags{}), run.value("options", Flags{}),
+                         restore, &opt);
         pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "

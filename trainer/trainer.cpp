@@ -952,13 +952,12 @@ bool Trainer::end_update(const Task& task, Run* run, int64_t update, bool last, 
   if (signal > 0) {
     result.interrupted = int(signal);
     if (comm_.rank() == 0)
-      LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
+      LOG(WARNING) << "interrupted (" << interrupt_description(int(signal)) << ") at update "
                    << update + 1
                    << (opt_.save_dir.empty()
                            ? "; nothing saved (no --save-dir)"
                            : result.final_save_failed ? "; its checkpoint was not saved"
-                                                      : "; the same command resumes")
-                   << interrupt_notice();
+                                                      : "; the same command resumes");
     return true;
   }
   return stop;
@@ -1077,6 +1076,8 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
                            {"config", config},
+                           {"flags", checkpoint_flags(opt_.given_text)},
+                           {"options", checkpoint_flags(opt_.values)},
                            {"vocab", vocab_fingerprint()},
                            {"params", param_table(params())},
                            {"validations_without_gain", validations_without_gain_}};
