@@ -195,14 +195,17 @@ cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
   return cudaSuccess;
 }
 
+void say(const char* fmt, std::va_list ap) {  // one line on stderr, named as the emulation's
+  std::fprintf(stderr, "pn CUDA emulation: ");
+  std::vfprintf(stderr, fmt, ap);
+  std::fprintf(stderr, "\n");
+}
 }  // namespace
 
 void die(const char* fmt, ...) {
   std::va_list ap;
   va_start(ap, fmt);
-  std::fprintf(stderr, "pn CUDA emulation: ");
-  std::vfprintf(stderr, fmt, ap);
-  std::fprintf(stderr, "\n");
+  say(fmt, ap);
   va_end(ap);
   std::abort();
 }
@@ -213,9 +216,7 @@ cudaError_t fail_with(cudaError_t e, const char* fmt, ...) {
   if (!quiet) {
     std::va_list ap;
     va_start(ap, fmt);
-    std::fprintf(stderr, "pn CUDA emulation: ");
-    std::vfprintf(stderr, fmt, ap);
-    std::fprintf(stderr, "\n");
+    say(fmt, ap);
     va_end(ap);
   }
   last_error = e;
