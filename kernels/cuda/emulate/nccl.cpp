@@ -172,8 +172,13 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* out,
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  // Collectives still queued on a stream may name it: the mapping stays for the process.
-  return comm ? ncclSuccess : ncclInvalidArgument;
+  // Collectives still queued on a stream may name it: it is parked for the process.
+  static std::mutex mu;
+  static std::vector<ncclComm_t>* parked = new std::vector<ncclComm_t>;
+  if (!comm) return ncclInvalidArgument;
+  std::lock_guard<std::mutex> l(mu);
+  parked->push_back(comm);
+  return ncclSuccess;
 }
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (!comm) return ncclInvalidArgument;

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "cuda_runtime.h"
 
@@ -468,7 +469,12 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
 cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   // A record may still be queued: the event is parked rather than freed (a few bytes each).
-  return e ? cudaSuccess : fail_with(cudaErrorInvalidResourceHandle, "cudaEventDestroy(null)");
+  static std::mutex mu;
+  static std::vector<cudaEvent_t>* parked = new std::vector<cudaEvent_t>;
+  if (!e) return fail_with(cudaErrorInvalidResourceHandle, "cudaEventDestroy(null)");
+  std::lock_guard<std::mutex> l(mu);
+  parked->push_back(e);
+  return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   uint64_t n;
