@@ -70,7 +70,7 @@ void attention_forward(Blas& b, const float* qkv, int nseq, int T, int d, int he
                          nseq);
   }
   const long long nrows = (long long)nseq * heads * T;
-  causal_softmax_kernel<<<row_blocks(nrows), kThreads, 0, b.stream>>>(probs, nrows, T);
+  PN_LAUNCH(causal_softmax_kernel, row_blocks(nrows), kThreads, 0, b.stream)(probs, nrows, T);
   PN_LAUNCHED();
   for (int h = 0; h < heads; ++h) {
     const float* v = qkv + size_t(h) * dh + 2 * size_t(d);
@@ -91,8 +91,8 @@ void attention_backward(Blas& b, const float* qkv, const float* probs, const flo
                          0.f, scratch + size_t(h) * T * T, T, sp, nseq);
   }
   const long long nrows = (long long)nseq * heads * T;
-  causal_softmax_backward_kernel<<<row_blocks(nrows), kThreads, 0, b.stream>>>(probs, scratch,
-                                                                               nrows, T);
+  PN_LAUNCH(causal_softmax_backward_kernel, row_blocks(nrows), kThreads, 0, b.stream)(
+      probs, scratch, nrows, T);
   PN_LAUNCHED();
   for (int h = 0; h < heads; ++h) {
     const size_t off = size_t(h) * dh;
@@ -176,7 +176,7 @@ __global__ void attention_step_kernel(const float* q, int ldq, const float* k, c
                                       int ldkv, size_t seq_stride, int len, int d, int heads,
                                       const uint8_t* key_mask, int mask_stride, float scale,
                                       float* ctx) {
-  extern __shared__ float w[];
+  PN_DYNAMIC_SHARED(float, w);
   __shared__ float red[kThreads / 32];
   const int n = blockIdx.x / heads, h = blockIdx.x % heads, dh = d / heads;
   const float* qn = q + size_t(n) * ldq + size_t(h) * dh;
@@ -232,7 +232,7 @@ void mha_forward(Blas& b, const float* q, int ldq, const float* k, const float* 
                          k + size_t(h) * dh, ldkv, skv, 0.f, probs + size_t(h) * tq * tk, tk, sp,
                          nseq);
   const long long nrows = (long long)nseq * heads * tq;
-  mha_softmax_kernel<<<row_blocks(nrows), kThreads, 0, b.stream>>>(
+  PN_LAUNCH(mha_softmax_kernel, row_blocks(nrows), kThreads, 0, b.stream)(
       probs, probs_drop, key_mask, keep, inv_keep, causal, nrows, heads, tq, tk);
   PN_LAUNCHED();
   const float* Pv = keep ? probs_drop : probs;
@@ -260,8 +260,8 @@ void mha_backward(Blas& b, const float* q, int ldq, const float* k, const float*
                          v + size_t(h) * dh, ldkv, skv, 0.f, scratch + size_t(h) * tq * tk, tk, sp,
                          nseq);
   const long long nrows = (long long)nseq * heads * tq;
-  mha_softmax_backward_kernel<<<row_blocks(nrows), kThreads, 0, b.stream>>>(probs, scratch, keep,
-                                                                            inv_keep, nrows, tk);
+  PN_LAUNCH(mha_softmax_backward_kernel, row_blocks(nrows), kThreads, 0, b.stream)(
+      probs, scratch, keep, inv_keep, nrows, tk);
   PN_LAUNCHED();
   const float* Pv = keep ? probs_drop : probs;
   for (int h = 0; h < heads; ++h) {
@@ -295,7 +295,7 @@ void attention_step(const float* q, int ldq, const float* k, const float* v, int
     CUDA_CHECK(cudaFuncSetAttribute(attention_step_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   }
-  attention_step_kernel<<<unsigned(N) * heads, kThreads, smem, s>>>(
+  PN_LAUNCH(attention_step_kernel, unsigned(N) * heads, kThreads, smem, s)(
       q, ldq, k, v, ldkv, seq_stride, len, d, heads, key_mask, mask_stride, scale, ctx);
   PN_LAUNCHED();
 }

@@ -18,6 +18,18 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 }
 #define PN_LAUNCHED() CUDA_CHECK(cudaGetLastError())
 
+// The one launch form, PN_LAUNCH(kernel, grid, block, smem, stream)(args...): nvcc's <<<>>>, or
+// under PN_CUDA_EMULATE the emulator's launch (kernels/cuda/emulate), which runs the same
+// kernel on CPU threads. PN_DYNAMIC_SHARED(T, name) declares the block's dynamic shared memory.
+#ifdef PN_CUDA_EMULATE
+#define PN_LAUNCH(kernel, grid, block, smem, stream) \
+  ::pn_emu::make_launch(grid, block, smem, stream, #kernel, [](const auto&... a) { kernel(a...); })
+#define PN_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::pn_emu::dynamic_shared())
+#else
+#define PN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
+#define PN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
+
 // Scratch device memory, grow-only, one pool per slot (a call may hold several slots at once).
 // Growing frees the old block and allocates the new one in the order of stream s
 // (cudaFreeAsync/cudaMallocAsync): kernels queued earlier still read the old block, and the
@@ -148,11 +160,11 @@ void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0
   if (nch > 0) {
     part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s);
     const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
-    column_partials_kernel<<<grid, block, 0, s>>>(op, mask, rows, d, part);
+    PN_LAUNCH(column_partials_kernel, grid, block, 0, s)(op, mask, rows, d, part);
     PN_LAUNCHED();
   }
-  column_combine_kernel<<<(d + kThreads - 1) / kThreads, kThreads, 0, s>>>(part, nch, d, dst0,
-                                                                           dst1);
+  PN_LAUNCH(column_combine_kernel, (d + kThreads - 1) / kThreads, kThreads, 0, s)(
+      part, nch, d, dst0, dst1);
   PN_LAUNCHED();
 }
 

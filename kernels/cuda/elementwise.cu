@@ -24,7 +24,7 @@ __global__ void for_each_kernel(size_t n, F f) {
 template <class F>
 void for_each(size_t n, cudaStream_t s, F f) {
   if (n == 0) return;
-  for_each_kernel<<<blocks_for(n), kThreads, 0, s>>>(n, f);
+  PN_LAUNCH(for_each_kernel, blocks_for(n), kThreads, 0, s)(n, f);
   PN_LAUNCHED();
 }
 
@@ -66,9 +66,9 @@ void range_sum(size_t n, Load load, double* out, cudaStream_t s) {
   if (nb == 0) nb = 1;
   const size_t chunk = (n + nb - 1) / nb;
   double* part = scratch_as<double>(kSlotRows, nb, s);
-  range_partials_kernel<<<unsigned(nb), kThreads, 0, s>>>(n, chunk, load, part);
+  PN_LAUNCH(range_partials_kernel, unsigned(nb), kThreads, 0, s)(n, chunk, load, part);
   PN_LAUNCHED();
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(part, int(nb), out);
+  PN_LAUNCH(sum_partials_kernel, 1, kThreads, 0, s)(part, int(nb), out);
   PN_LAUNCHED();
 }
 
@@ -139,13 +139,13 @@ void gather_rows(const void* src, size_t src_stride, const int32_t* from, int ro
   const bool words = (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
                       src_stride | dst_stride | bytes) % 4 == 0;
   if (words)
-    gather_rows_kernel<<<rows, kThreads, 0, s>>>(static_cast<const uint32_t*>(src), src_stride / 4,
-                                                 from, bytes / 4, static_cast<uint32_t*>(dst),
-                                                 dst_stride / 4);
+    PN_LAUNCH(gather_rows_kernel, rows, kThreads, 0, s)(
+        static_cast<const uint32_t*>(src), src_stride / 4, from, bytes / 4,
+        static_cast<uint32_t*>(dst), dst_stride / 4);
   else
-    gather_rows_kernel<<<rows, kThreads, 0, s>>>(static_cast<const uint8_t*>(src), src_stride,
-                                                 from, bytes, static_cast<uint8_t*>(dst),
-                                                 dst_stride);
+    PN_LAUNCH(gather_rows_kernel, rows, kThreads, 0, s)(
+        static_cast<const uint8_t*>(src), src_stride, from, bytes, static_cast<uint8_t*>(dst),
+        dst_stride);
   PN_LAUNCHED();
 }
 
@@ -224,12 +224,12 @@ void embedding_backward(const int32_t* tok, int rows, const float* dy, int d, fl
   const size_t ints = (3 * size_t(rows) + 63) / 64 * 64;  // 256-byte aligned temporary storage
   int32_t* base = scratch_as<int32_t>(kSlotSort, ints + (temp_bytes + 3) / 4, s);
   int32_t *key = base, *row_in = base + rows, *row = base + 2 * size_t(rows);
-  iota_kernel<<<blocks_for(rows), kThreads, 0, s>>>(row_in, rows);
+  PN_LAUNCH(iota_kernel, blocks_for(rows), kThreads, 0, s)(row_in, rows);
   PN_LAUNCHED();
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + ints, temp_bytes, tok, key, row_in, row, rows,
                                              0, 32, s));
   const dim3 grid(rows, (d + 127) / 128);
-  embedding_backward_sorted_kernel<<<grid, 128, 0, s>>>(key, row, rows, dy, d, scale, dE);
+  PN_LAUNCH(embedding_backward_sorted_kernel, grid, 128, 0, s)(key, row, rows, dy, d, scale, dE);
   PN_LAUNCHED();
 }
 

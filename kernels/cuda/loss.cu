@@ -76,11 +76,11 @@ void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, i
           float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
   if (rows > 0) {
-    xent_row_kernel<kGrad>
-        <<<rows, kThreads, 0, s>>>(logits, target, mask, V, eps, grad_scale, row_out);
+    PN_LAUNCH(xent_row_kernel<kGrad>, rows, kThreads, 0, s)(
+        logits, target, mask, V, eps, grad_scale, row_out);
     PN_LAUNCHED();
   }
-  xent_sum_kernel<<<1, kThreads, 0, s>>>(row_out, rows, sums);
+  PN_LAUNCH(xent_sum_kernel, 1, kThreads, 0, s)(row_out, rows, sums);
   PN_LAUNCHED();
 }
 
@@ -138,7 +138,7 @@ __global__ void log_softmax_rows_kernel(float* x, int cols) {
 
 void log_softmax_rows(float* x, int rows, int cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
-  log_softmax_rows_kernel<<<rows, kThreads, 0, s>>>(x, cols);
+  PN_LAUNCH(log_softmax_rows_kernel, rows, kThreads, 0, s)(x, cols);
   PN_LAUNCHED();
 }
 

@@ -260,7 +260,7 @@ unsigned col_blocks(int d) { return unsigned((d + kThreads - 1) / kThreads); }
 
 void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
                   double* count, double* sum, double* sumsq, cudaStream_t s) {
-  count_rows_kernel<<<1, kThreads, 0, s>>>(mask, rows, count);
+  PN_LAUNCH(count_rows_kernel, 1, kThreads, 0, s)(mask, rows, count);
   PN_LAUNCHED();
   column_reduce(StatsOp{x, shift, d}, mask, rows, d, sum, sumsq, s);
 }
@@ -274,9 +274,10 @@ void column_affine(const float* x, int rows, int d, const double* shift, const d
                    const float* gamma, const float* beta, float* y, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
-  affine_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, beta, co);
+  PN_LAUNCH(affine_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, beta, co);
   PN_LAUNCHED();
-  affine_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, rows, d, co, y);
+  PN_LAUNCH(affine_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
+      x, rows, d, co, y);
   PN_LAUNCHED();
 }
 
@@ -285,18 +286,19 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
                           const double* a, const double* b, float* dx, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
-  backward_coeffs_kernel<<<col_blocks(d), kThreads, 0, s>>>(d, shift, scale, gamma, a, b, co);
+  PN_LAUNCH(backward_coeffs_kernel, col_blocks(d), kThreads, 0, s)(
+      d, shift, scale, gamma, a, b, co);
   PN_LAUNCHED();
-  backward_apply_kernel<<<map_grid(rows, d), dim3(kColTile, kMapRows), 0, s>>>(x, dy, mask, rows, d,
-                                                                               co, dx);
+  PN_LAUNCH(backward_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
+      x, dy, mask, rows, d, co, dx);
   PN_LAUNCHED();
 }
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                           float* y, float* rinv, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  rms_forward_kernel<<<warp_blocks((long long)rows * G), kThreads, 0, s>>>(x, rows, d, G, eps,
-                                                                           gamma, y, rinv);
+  PN_LAUNCH(rms_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
+      x, rows, d, G, eps, gamma, y, rinv);
   PN_LAUNCHED();
 }
 
@@ -304,8 +306,8 @@ void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, c
                            const uint8_t* mask, int rows, int d, int G, float* dx, float* dgamma,
                            cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  rms_backward_kernel<<<warp_blocks((long long)rows * G), kThreads, 0, s>>>(x, dy, rinv, gamma,
-                                                                            mask, rows, d, G, dx);
+  PN_LAUNCH(rms_backward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
+      x, dy, rinv, gamma, mask, rows, d, G, dx);
   PN_LAUNCHED();
   if (dgamma)
     column_reduce(RmsGradOp{x, dy, rinv, d, G, d / G}, mask, rows, d, dgamma,
@@ -315,7 +317,7 @@ void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, c
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                            const float* beta, float* y, float* mean, float* rstd, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  norm_forward_kernel<<<warp_blocks((long long)rows * G), kThreads, 0, s>>>(
+  PN_LAUNCH(norm_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
       x, rows, d, G, eps, gamma, beta, y, mean, rstd);
   PN_LAUNCHED();
 }
@@ -324,7 +326,7 @@ void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, 
                             const float* gamma, const uint8_t* mask, int rows, int d, int G,
                             float* dx, float* dgamma, float* dbeta, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  norm_backward_kernel<<<warp_blocks((long long)rows * G), kThreads, 0, s>>>(
+  PN_LAUNCH(norm_backward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
       x, dy, mean, rstd, gamma, mask, rows, d, G, dx);
   PN_LAUNCHED();
   if (dgamma || dbeta)

@@ -155,11 +155,11 @@ __global__ void pn_nu_kernel(const double* count, const double* sum_x2, const do
 
 }  // namespace
 
-#define PN_COLUMN_LAUNCH(kernel, d, s, ...)               \
-  do {                                                    \
-    if ((d) <= 0) return;                                 \
-    kernel<<<col_grid(d), kThreads, 0, s>>>(__VA_ARGS__); \
-    PN_LAUNCHED();                                        \
+#define PN_COLUMN_LAUNCH(kernel, d, s, ...)                      \
+  do {                                                           \
+    if ((d) <= 0) return;                                        \
+    PN_LAUNCH(kernel, col_grid(d), kThreads, 0, s)(__VA_ARGS__); \
+    PN_LAUNCHED();                                               \
   } while (0)
 
 void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
@@ -188,10 +188,10 @@ void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps
                bool authors_rule, double* running_psi2, double* inv_s, double* sum_x2,
                cudaStream_t s) {
   if (d <= 0) return;
-  pn_absorb_kernel<<<col_grid(d), kThreads, 0, s>>>(stats, t, warmup, d, eps, alpha_fwd, authors_rule,
-                                                    running_psi2, inv_s, sum_x2);
+  PN_LAUNCH(pn_absorb_kernel, col_grid(d), kThreads, 0, s)(
+      stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2, inv_s, sum_x2);
   PN_LAUNCHED();
-  pn_step_kernel<<<1, 1, 0, s>>>(stats, t);
+  PN_LAUNCH(pn_step_kernel, 1, 1, 0, s)(stats, t);
   PN_LAUNCHED();
 }
 void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,

@@ -1,0 +1,358 @@
+// Kernel launches in the CUDA emulation. Blocks run one after another, one kernel at a time,
+// which makes a function-local static the running block's shared memory. The GPU threads of a
+// block run as one of two kinds of thread:
+//   * fibers (the default): cooperative stacks switched on one OS thread, fast enough for the
+//     whole test suite; __syncthreads() and __shfl_xor_sync() are points where a fiber yields;
+//   * OS threads (PN_EMU_THREADS=os, and always under a sanitizer): truly concurrent, so a
+//     missing __syncthreads() is a real data race that ThreadSanitizer reports.
+// Warps of 32 exchange __shfl_xor_sync values through per-warp slots between two barriers.
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace pn_emu {
+int dynamic_smem_limit(const char* kernel);  // runtime.cpp
+namespace {
+
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+constexpr bool kHaveFibers = true;
+// Saves the callee-saved registers on the current stack, stores its pointer in *from and
+// continues on the stack `to` (System V x86-64: rbx, rbp, r12-r15 are callee-saved).
+extern "C" void pn_emu_switch(void** from, void* to);
+asm(R"(
+.text
+.globl pn_emu_switch
+.type pn_emu_switch,@function
+pn_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size pn_emu_switch,.-pn_emu_switch
+.section .note.GNU-stack,"",@progbits
+.text
+)");
+#else
+constexpr bool kHaveFibers = false;  // sanitizers need OS threads (and see their races)
+inline void pn_emu_switch(void**, void*) {}
+#endif
+
+bool use_fibers() {
+  static const bool fibers = [] {
+    const char* v = std::getenv("PN_EMU_THREADS");
+    return kHaveFibers && !(v && std::string(v) == "os");
+  }();
+  return fibers;
+}
+
+void yield_fiber();           // back to the block's scheduler (fiber mode)
+uint64_t fiber_progress = 0;  // arrivals at barriers and exits: a pass without any is a deadlock
+
+// A barrier for `live` threads; a thread that exits leaves it (retire), as an exited GPU thread
+// no longer counts at __syncthreads.
+struct Barrier {
+  std::mutex m;
+  std::condition_variable cv;
+  int live = 0, arrived = 0;
+  uint64_t generation = 0;
+  void reset(int n) {
+    std::lock_guard<std::mutex> l(m);
+    live = n;
+    arrived = 0;
+  }
+  void release_all() {
+    arrived = 0;
+    ++generation;
+    cv.notify_all();
+  }
+  void arrive_and_wait() {
+    if (use_fibers()) {  // one OS thread: no lock, and waiting is yielding
+      const uint64_t g = generation;
+      ++fiber_progress;
+      if (++arrived == live) return release_all();
+      while (generation == g) yield_fiber();
+      return;
+    }
+    std::unique_lock<std::mutex> l(m);
+    const uint64_t g = generation;
+    if (++arrived == live) return release_all();
+    cv.wait(l, [&] { return generation != g; });
+  }
+  void retire() {
+    std::lock_guard<std::mutex> l(m);
+    --live;
+    if (arrived > 0 && arrived == live) release_all();
+  }
+};
+
+struct Warp {
+  Barrier barrier;
+  unsigned live_mask = 0;  // lanes that exist and have not exited (under barrier.m)
+  uint64_t slot[32];       // one exchange value per lane
+};
+
+// The running block: written by the launching thread while no GPU thread runs.
+struct Block {
+  Barrier barrier;
+  Warp warps[32];
+  std::vector<unsigned char> smem;
+  const std::function<void()>* body = nullptr;
+  dim3 grid, block, index;
+  int threads = 0;
+};
+Block& block() {
+  static Block* b = new Block;  // lives for the process, as the threads that use it
+  return *b;
+}
+
+int linear_thread() {
+  return int(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+dim3 thread_index(int id, const dim3& b) {
+  return dim3(id % b.x, id / b.x % b.y, id / (b.x * b.y));
+}
+
+// Runs GPU thread `id` of the current block on the calling OS thread or fiber, then leaves the
+// warp and the block, as an exited GPU thread does.
+void run_thread(int id) {
+  Block& b = block();
+  threadIdx = thread_index(id, b.block);
+  blockIdx = b.index;
+  blockDim = b.block;
+  gridDim = b.grid;
+  (*b.body)();
+  Warp& wp = b.warps[id / 32];
+  {
+    std::lock_guard<std::mutex> l(wp.barrier.m);
+    wp.live_mask &= ~(1u << (id % 32));
+  }
+  wp.barrier.retire();
+  b.barrier.retire();
+}
+
+void reset_block(dim3 index) {
+  Block& b = block();
+  b.index = index;
+  b.barrier.reset(b.threads);
+  for (int w = 0; w * 32 < b.threads; ++w) {
+    const int lanes = std::min(32, b.threads - w * 32);
+    b.warps[w].barrier.reset(lanes);
+    b.warps[w].live_mask = lanes == 32 ? ~0u : (1u << lanes) - 1;
+  }
+}
+
+// ---- fibers: one stack per GPU thread slot, round-robin on the kernel's OS thread -----------
+struct Fibers {
+  static constexpr size_t kStack = size_t(256) << 10;
+  struct Fiber {
+    void* sp = nullptr;
+    char* stack = nullptr;
+    bool done = false;
+  };
+  std::vector<Fiber> fibers;
+  void* scheduler_sp = nullptr;
+  int current = -1;
+
+  static void entry() {  // a fiber's first frame; never returns
+    Fibers& f = fibers_();
+    run_thread(f.current);
+    f.fibers[f.current].done = true;
+    ++fiber_progress;
+    pn_emu_switch(&f.fibers[f.current].sp, f.scheduler_sp);
+  }
+  static Fibers& fibers_() {
+    static Fibers* f = new Fibers;
+    return *f;
+  }
+  void start(int id) {
+    Fiber& fb = fibers[id];
+    if (!fb.stack) {
+      void* m = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) die("cannot map a fiber stack of %zu bytes", kStack);
+      fb.stack = static_cast<char*>(m);
+    }
+    // The initial frame pn_emu_switch pops: six registers, then entry() as the return address.
+    void** top = reinterpret_cast<void**>(fb.stack + kStack);
+    *--top = nullptr;  // entry()'s own return address slot (keeps the ABI's 16-byte alignment)
+    *--top = reinterpret_cast<void*>(&entry);
+    for (int r = 0; r < 6; ++r) *--top = nullptr;
+    fb.sp = top;
+    fb.done = false;
+  }
+  void run_block(int threads) {
+    if (int(fibers.size()) < threads) fibers.resize(threads);
+    for (int t = 0; t < threads; ++t) start(t);
+    for (int left = threads; left > 0;) {
+      const uint64_t before = fiber_progress;
+      left = 0;
+      for (int t = 0; t < threads; ++t) {
+        if (fibers[t].done) continue;
+        current = t;
+        threadIdx = thread_index(t, block().block);
+        pn_emu_switch(&scheduler_sp, fibers[t].sp);
+        left += !fibers[t].done;
+      }
+      if (left > 0 && fiber_progress == before)
+        die("block (%u,%u,%u): %d threads wait at a __syncthreads() or __shfl_xor_sync() that "
+            "the other threads of the block or warp never reach",
+            block().index.x, block().index.y, block().index.z, left);
+    }
+    current = -1;
+  }
+  void yield() {
+    Fiber& fb = fibers[current];
+    const int me = current;
+    pn_emu_switch(&fb.sp, scheduler_sp);
+    current = me;
+  }
+};
+void yield_fiber() { Fibers::fibers_().yield(); }
+
+// ---- OS threads: one per GPU thread slot (up to 1024), reused by every block ----------------
+struct Pool {
+  struct Worker {
+    std::mutex m;
+    std::condition_variable cv;
+    bool go = false;
+  };
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  int running = 0;
+
+  void grow(int n) {
+    while (int(workers.size()) < n) {
+      const int id = int(workers.size());
+      workers.push_back(std::make_unique<Worker>());
+      std::thread([this, id, w = workers.back().get()] { serve(id, *w); }).detach();
+    }
+  }
+  void serve(int id, Worker& w) {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> l(w.m);
+        w.cv.wait(l, [&] { return w.go; });
+        w.go = false;
+      }
+      run_thread(id);
+      std::lock_guard<std::mutex> l(done_mu);
+      if (--running == 0) done_cv.notify_all();
+    }
+  }
+  void run_block(int threads) {
+    grow(threads);
+    {
+      std::lock_guard<std::mutex> l(done_mu);
+      running = threads;
+    }
+    for (int t = 0; t < threads; ++t) {
+      Worker& w = *workers[t];
+      std::lock_guard<std::mutex> l(w.m);
+      w.go = true;
+      w.cv.notify_one();
+    }
+    std::unique_lock<std::mutex> l(done_mu);
+    done_cv.wait(l, [&] { return running == 0; });
+  }
+};
+Pool& pool() {
+  static Pool* p = new Pool;  // lives for the process: its threads are never joined
+  return *p;
+}
+
+std::mutex kernel_mu;  // one kernel at a time (they share the block state and their statics)
+
+void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
+  std::lock_guard<std::mutex> l(kernel_mu);
+  Block& b = block();
+  b.threads = int(c.block.x * c.block.y * c.block.z);
+  b.body = &body;
+  b.grid = c.grid;
+  b.block = c.block;
+  b.smem.assign(c.smem, 0xff);  // uninitialised shared memory: NaN bytes
+  blockDim = c.block;
+  gridDim = c.grid;
+  for (unsigned z = 0; z < c.grid.z; ++z)
+    for (unsigned y = 0; y < c.grid.y; ++y)
+      for (unsigned x = 0; x < c.grid.x; ++x) {
+        reset_block(dim3(x, y, z));
+        blockIdx = b.index;
+        if (use_fibers())
+          Fibers::fibers_().run_block(b.threads);
+        else
+          pool().run_block(b.threads);
+      }
+}
+
+}  // namespace
+
+void syncthreads() { block().barrier.arrive_and_wait(); }
+
+uint64_t shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width) {
+  const int id = linear_thread(), lane = id % 32;
+  Warp& w = block().warps[id / 32];
+  {
+    std::lock_guard<std::mutex> l(w.barrier.m);
+    if (mask != w.live_mask)
+      die("__shfl_xor_sync with mask 0x%08x in block (%u,%u,%u), warp %d, lane %d: the warp's "
+          "running lanes are 0x%08x; a mask must name exactly the lanes that take part (lanes "
+          "0x%08x are left out, 0x%08x have exited or do not exist)",
+          mask, blockIdx.x, blockIdx.y, blockIdx.z, id / 32, lane, w.live_mask,
+          w.live_mask & ~mask, mask & ~w.live_mask);
+  }
+  w.slot[lane] = bits;
+  w.barrier.arrive_and_wait();
+  int src = lane ^ lane_mask;
+  if (src / width != lane / width) src = lane;  // outside the lane's segment: its own value
+  const uint64_t got = w.slot[src];
+  w.barrier.arrive_and_wait();  // no lane overwrites its slot before every lane has read
+  return got;
+}
+
+void* dynamic_shared() { return block().smem.data(); }
+void launch_kernel(const LaunchConfig& c, std::function<void()> body) {
+  const dim3 g = c.grid, b = c.block;
+  const unsigned long long threads = 1ull * b.x * b.y * b.z;
+  // The limits of a compute capability 9.0 device; a launch beyond them fails at the launch.
+  if (!g.x || !g.y || !g.z || !threads || threads > 1024 || b.x > 1024 || b.y > 1024 ||
+      b.z > 64 || g.x > 0x7fffffffu || g.y > 65535 || g.z > 65535) {
+    fail_with(cudaErrorInvalidConfiguration,
+              "%s<<<(%u,%u,%u), (%u,%u,%u)>>>: beyond the launch limits (block <= 1024 threads, "
+              "block.z <= 64, grid.y and grid.z <= 65535)",
+              c.kernel, g.x, g.y, g.z, b.x, b.y, b.z);
+    return;
+  }
+  if (c.smem > size_t(dynamic_smem_limit(c.kernel))) {
+    fail_with(cudaErrorInvalidValue,
+              "%s: %zu bytes of dynamic shared memory, above the %d the kernel may use "
+              "(cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) raises it)",
+              c.kernel, c.smem, dynamic_smem_limit(c.kernel));
+    return;
+  }
+  const LaunchConfig config = c;
+  enqueue(c.stream, [config, body = std::move(body)] { run_kernel(config, body); });
+}
+
+}  // namespace pn_emu

@@ -1,0 +1,137 @@
+// cuBLAS's GEMMs on OpenBLAS, in the order of the handle's stream. The operands are read as
+// cuBLAS reads them (column-major, op(A) m x k, op(B) k x n, leading dimensions in elements,
+// checked as cuBLAS checks them) and rounded as the compute type asks (tf32: 10 bits of
+// mantissa, bf16: 7), so that a precision test of the GPU path means the same here.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_bf16.h"
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+};
+
+namespace {
+
+// Round-to-nearest-even of a float to `keep` bits of mantissa (NaN and Inf kept).
+float round_mantissa(float f, int keep) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f;
+  const int drop = 23 - keep;
+  u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
+  u &= ~((1u << drop) - 1);
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The rows x cols column-major operand at p (leading dimension ld) as packed floats.
+std::vector<float> load(const void* p, cudaDataType_t type, int rows, int cols, int ld,
+                        cublasComputeType_t compute) {
+  std::vector<float> out(size_t(rows) * cols);
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; ++r) {
+      const size_t i = size_t(c) * ld + r;
+      float v = type == CUDA_R_16BF ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i])
+                                    : static_cast<const float*>(p)[i];
+      if (compute == CUBLAS_COMPUTE_32F_FAST_TF32) v = round_mantissa(v, 10);
+      if (compute == CUBLAS_COMPUTE_32F_FAST_16BF) v = round_mantissa(v, 7);
+      out[size_t(c) * rows + r] = v;
+    }
+  return out;
+}
+
+size_t elem_size(cudaDataType_t t) { return t == CUDA_R_16BF ? 2 : 4; }
+
+cublasStatus_t check(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda,
+                     int ldb, int ldc, cudaDataType_t at, cudaDataType_t bt, cudaDataType_t ct,
+                     cublasComputeType_t compute) {
+  const auto lead = [](cublasOperation_t op, int rows_n, int rows_t) {
+    return std::max(1, op == CUBLAS_OP_N ? rows_n : rows_t);
+  };
+  if (m < 0 || n < 0 || k < 0 || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) ||
+      (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || lda < lead(ta, m, k) || ldb < lead(tb, k, n) ||
+      ldc < std::max(1, m)) {
+    pn_emu::fail_with(cudaErrorInvalidValue,
+                      "cuBLAS GEMM: invalid value (m %d n %d k %d, lda %d ldb %d ldc %d)", m, n,
+                      k, lda, ldb, ldc);
+    cudaGetLastError();  // cuBLAS reports through its status, not the runtime's last error
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (at != bt || ct != CUDA_R_32F || (at != CUDA_R_32F && at != CUDA_R_16BF) ||
+      (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_TF32 &&
+       compute != CUBLAS_COMPUTE_32F_FAST_16BF))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// C = alpha op(A) op(B) + beta C for one matrix of the batch; runs on the stream's worker.
+void gemm_one(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+              const void* A, cudaDataType_t at, int lda, const void* B, int ldb, float beta,
+              float* C, int ldc, cublasComputeType_t compute) {
+  if (m == 0 || n == 0) return;
+  const int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
+  const int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
+  const std::vector<float> a = load(A, at, ar, ac, lda, compute);
+  const std::vector<float> b = load(B, at, br, bc, ldb, compute);
+  if (k == 0) {  // no products: C = beta C, and beta 0 never reads C
+    for (int c = 0; c < n; ++c)
+      for (int r = 0; r < m; ++r) {
+        float& v = C[size_t(c) * ldc + r];
+        v = beta == 0.f ? 0.f : beta * v;
+      }
+    return;
+  }
+  cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+              tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, alpha, a.data(),
+              std::max(1, ar), b.data(), std::max(1, br), beta, C, ldc);
+}
+
+}  // namespace
+
+cublasStatus_t cublasCreate(cublasHandle_t* h) {
+  *h = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) {
+  if (h) cudaStreamSynchronize(h->stream);  // queued GEMMs still read nothing of the handle
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) {
+  h->stream = s;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void* alpha, const void* A, cudaDataType_t at, int lda, long long sa, const void* B,
+    cudaDataType_t bt, int ldb, long long sb, const void* beta, void* C, cudaDataType_t ct,
+    int ldc, long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (cublasStatus_t st = check(ta, tb, m, n, k, lda, ldb, ldc, at, bt, ct, compute)) return st;
+  // Host pointer mode: alpha and beta are read at the call.
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  const size_t es = elem_size(at);
+  pn_emu::enqueue(h->stream, [=] {
+    for (int i = 0; i < batch; ++i)
+      gemm_one(ta, tb, m, n, k, al, static_cast<const char*>(A) + size_t(sa * i) * es, at, lda,
+               static_cast<const char*>(B) + size_t(sb * i) * es, ldb, be,
+               static_cast<float*>(C) + size_t(sc * i), ldc, compute);
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void* alpha, const void* A, cudaDataType_t at,
+                            int lda, const void* B, cudaDataType_t bt, int ldb, const void* beta,
+                            void* C, cudaDataType_t ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta,
+                                    C, ct, ldc, 0, 1, compute, algo);
+}

@@ -1,0 +1,521 @@
+// The emulated CUDA runtime: memory, streams, events, errors and the one emulated device.
+//
+// A stream is an in-order queue drained by its own worker thread, so work runs apart from the
+// host thread as on a GPU: a host read of a buffer before its stream is synchronized sees the
+// old bytes (and ThreadSanitizer sees the race). The legacy default stream (nullptr) waits for
+// the blocking streams and they for it, as CUDA's legacy stream does.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cuda_runtime.h"
+
+namespace {
+// The emulated device's memory: a cudaMalloc beyond it fails as on a GPU. 4 GiB by default (the
+// CPU's memory is shared), PN_EMU_DEVICE_GIB=N for more.
+size_t device_memory() {
+  static const size_t bytes = [] {
+    const char* v = std::getenv("PN_EMU_DEVICE_GIB");
+    return size_t(v ? std::atoi(v) : 4) << 30;
+  }();
+  return bytes;
+}
+constexpr int kSharedDefault = 48 << 10, kSharedOptin = 227 << 10;  // an H100's limits
+}  // namespace
+
+struct CUstream_st {
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  uint64_t queued = 0, done = 0;  // counts of items queued and finished
+  bool blocking = true;           // synchronizes with the legacy stream
+  std::thread worker;
+
+  void run() {
+    std::unique_lock<std::mutex> l(m);
+    for (;;) {
+      cv.wait(l, [&] { return !queue.empty(); });
+      std::function<void()> fn = std::move(queue.front());
+      queue.pop_front();
+      l.unlock();
+      fn();
+      fn = nullptr;
+      l.lock();
+      ++done;
+      cv.notify_all();
+    }
+  }
+  uint64_t push(std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(m);
+    queue.push_back(std::move(fn));
+    cv.notify_all();
+    return ++queued;
+  }
+  void wait_until(uint64_t n) {
+    std::unique_lock<std::mutex> l(m);
+    cv.wait(l, [&] { return done >= n; });
+  }
+  uint64_t tail() {
+    std::lock_guard<std::mutex> l(m);
+    return queued;
+  }
+};
+
+struct CUevent_st {
+  std::mutex m;
+  std::condition_variable cv;
+  uint64_t recorded = 0, reached = 0;  // records issued, records the stream has passed
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace pn_emu {
+namespace {
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+// Streams live for the process (a destroyed one is drained and parked): their workers never
+// need joining at exit, when the host may leave work queued.
+std::mutex streams_mu;
+std::set<CUstream_st*> live_streams;
+CUstream_st* new_stream(bool blocking) {
+  auto* s = new CUstream_st;
+  s->blocking = blocking;
+  s->worker = std::thread([s] { s->run(); });
+  s->worker.detach();
+  std::lock_guard<std::mutex> l(streams_mu);
+  live_streams.insert(s);
+  return s;
+}
+CUstream_st* legacy() {
+  static CUstream_st* s = new_stream(true);
+  return s;
+}
+CUstream_st* resolve(cudaStream_t s) { return s ? s : legacy(); }
+
+// Device allocations by start address, and pinned host blocks: memory kinds are told apart
+// by lookup, so a copy or free naming the wrong kind fails with the culprit's address.
+enum class Kind { device, pinned };
+struct Alloc {
+  size_t bytes;
+  Kind kind;
+};
+std::mutex allocs_mu;
+std::map<uintptr_t, Alloc> allocs;
+size_t device_bytes = 0;
+
+const Alloc* find_alloc(const void* p, uintptr_t* base) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  auto it = allocs.upper_bound(a);
+  if (it == allocs.begin()) return nullptr;
+  --it;
+  if (a >= it->first + (it->second.bytes ? it->second.bytes : 1)) return nullptr;
+  *base = it->first;
+  return &it->second;
+}
+bool is_kind(const void* p, size_t bytes, Kind k) {
+  std::lock_guard<std::mutex> l(allocs_mu);
+  uintptr_t base = 0;
+  const Alloc* a = find_alloc(p, &base);
+  return a && a->kind == k && reinterpret_cast<uintptr_t>(p) + bytes <= base + a->bytes;
+}
+
+void* allocate(size_t bytes, Kind k) {
+  if (k == Kind::device) {
+    std::lock_guard<std::mutex> l(allocs_mu);
+    if (device_bytes + bytes > device_memory()) return nullptr;  // out of device memory
+  }
+  void* p = std::malloc(bytes ? bytes : 1);
+  if (!p) return nullptr;
+  // New device memory holds NaN bytes, not zeros: code that reads what it never wrote shows it.
+  if (k == Kind::device) std::memset(p, 0xff, bytes);
+  std::lock_guard<std::mutex> l(allocs_mu);
+  allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, k};
+  if (k == Kind::device) device_bytes += bytes;
+  return p;
+}
+cudaError_t release(void* p, Kind k, const char* call) {
+  if (!p) return cudaSuccess;
+  {
+    std::lock_guard<std::mutex> l(allocs_mu);
+    auto it = allocs.find(reinterpret_cast<uintptr_t>(p));
+    if (it == allocs.end() || it->second.kind != k)
+      return fail_with(cudaErrorInvalidValue, "%s(%p): not the start of a live %s allocation",
+                       call, p, k == Kind::device ? "device" : "pinned host");
+    if (k == Kind::device) device_bytes -= it->second.bytes;
+    allocs.erase(it);
+  }
+  std::free(p);
+  return cudaSuccess;
+}
+
+void sync_all() {
+  std::vector<std::pair<CUstream_st*, uint64_t>> tails;
+  {
+    std::lock_guard<std::mutex> l(streams_mu);
+    for (CUstream_st* s : live_streams) tails.emplace_back(s, s->tail());
+  }
+  for (auto& [s, n] : tails) s->wait_until(n);
+}
+
+const char* kind_name(cudaMemcpyKind k) {
+  static const char* names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice",
+                                "Default"};
+  return names[k];
+}
+
+// A copy's pointers must be of the kinds its direction names, and device ranges must lie inside
+// one allocation: a GPU would fault, copy garbage or reject the call.
+cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       const char* call) {
+  if (bytes == 0) return cudaSuccess;
+  const bool dst_dev = is_device_range(dst, bytes), src_dev = is_device_range(src, bytes);
+  const bool want_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool want_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault) return cudaSuccess;
+  if (dst_dev != want_dst)
+    return fail_with(cudaErrorInvalidValue,
+                     "%s %s: the destination %p (%zu bytes) is %s device memory", call,
+                     kind_name(kind), dst, bytes, dst_dev ? "" : "not (inside one allocation of)");
+  if (src_dev != want_src)
+    return fail_with(cudaErrorInvalidValue, "%s %s: the source %p (%zu bytes) is %s device memory",
+                     call, kind_name(kind), src, bytes,
+                     src_dev ? "" : "not (inside one allocation of)");
+  return cudaSuccess;
+}
+
+void say(const char* fmt, std::va_list ap) {  // one line on stderr, named as the emulation's
+  std::fprintf(stderr, "pn CUDA emulation: ");
+  std::vfprintf(stderr, fmt, ap);
+  std::fprintf(stderr, "\n");
+}
+}  // namespace
+
+void die(const char* fmt, ...) {
+  std::va_list ap;
+  va_start(ap, fmt);
+  say(fmt, ap);
+  va_end(ap);
+  std::abort();
+}
+
+cudaError_t fail_with(cudaError_t e, const char* fmt, ...) {
+  // PN_EMU_QUIET=1: tests that provoke errors on purpose keep their logs clean.
+  static const bool quiet = std::getenv("PN_EMU_QUIET") != nullptr;
+  if (!quiet) {
+    std::va_list ap;
+    va_start(ap, fmt);
+    say(fmt, ap);
+    va_end(ap);
+  }
+  last_error = e;
+  return e;
+}
+
+bool is_device_range(const void* p, size_t bytes) { return is_kind(p, bytes, Kind::device); }
+
+void enqueue(cudaStream_t s, std::function<void()> fn) {
+  CUstream_st* st = resolve(s);
+  // Legacy-stream semantics: the legacy stream waits for every blocking stream's queued work,
+  // a blocking stream for the legacy stream's.
+  std::vector<std::pair<CUstream_st*, uint64_t>> waits;
+  if (st == legacy()) {
+    std::lock_guard<std::mutex> l(streams_mu);
+    for (CUstream_st* o : live_streams)
+      if (o != st && o->blocking) waits.emplace_back(o, o->tail());
+  } else if (st->blocking) {
+    waits.emplace_back(legacy(), legacy()->tail());
+  }
+  if (!waits.empty())
+    st->push([waits] {
+      for (auto& [o, n] : waits) o->wait_until(n);
+    });
+  st->push(std::move(fn));
+}
+
+namespace {
+std::mutex attrs_mu;
+std::map<std::string, int> dynamic_optin;  // kernel name -> MaxDynamicSharedMemorySize
+}  // namespace
+
+cudaError_t func_get_attributes(cudaFuncAttributes* a, const char* kernel) {
+  std::lock_guard<std::mutex> l(attrs_mu);
+  a->sharedSizeBytes = 0;
+  a->maxThreadsPerBlock = 1024;
+  auto it = dynamic_optin.find(kernel);
+  a->maxDynamicSharedSizeBytes = it == dynamic_optin.end() ? kSharedDefault : it->second;
+  return cudaSuccess;
+}
+cudaError_t func_set_attribute(const char* kernel, cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > kSharedOptin)
+    return fail_with(cudaErrorInvalidValue, "cudaFuncSetAttribute(%s, %d, %d): out of range",
+                     kernel, int(attr), value);
+  std::lock_guard<std::mutex> l(attrs_mu);
+  dynamic_optin[kernel] = value;
+  return cudaSuccess;
+}
+int dynamic_smem_limit(const char* kernel) {
+  std::lock_guard<std::mutex> l(attrs_mu);
+  auto it = dynamic_optin.find(kernel);
+  return it == dynamic_optin.end() ? kSharedDefault : it->second;
+}
+
+}  // namespace pn_emu
+
+using namespace pn_emu;
+
+// ---- errors and the device ------------------------------------------------------------------
+cudaError_t cudaGetLastError() { return std::exchange(pn_emu::last_error, cudaSuccess); }
+cudaError_t cudaPeekAtLastError() { return pn_emu::last_error; }
+const char* cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  }
+  return "cudaErrorUnknown";
+}
+const char* cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+  }
+  return "unknown error";
+}
+cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+  return d == 0 ? cudaSuccess
+                : fail_with(cudaErrorInvalidDevice, "cudaSetDevice(%d): one device (0)", d);
+}
+cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+  if (d != 0) return fail_with(cudaErrorInvalidDevice, "cudaGetDeviceProperties(%d)", d);
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "CUDA emulation on the CPU");
+  // A UUID per process: ranks of one machine look like ranks with a GPU each.
+  const uint64_t pid = uint64_t(getpid());
+  std::memcpy(p->uuid.bytes, "pnemu...", 8);
+  std::memcpy(p->uuid.bytes + 8, &pid, 8);
+  p->totalGlobalMem = device_memory();
+  p->sharedMemPerBlock = kSharedDefault;
+  p->sharedMemPerBlockOptin = kSharedOptin;
+  p->major = 9;
+  p->minor = 0;
+  p->multiProcessorCount = 1;
+  p->maxThreadsPerBlock = 1024;
+  p->warpSize = 32;
+  p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
+  p->maxThreadsDim[2] = 64;
+  p->maxGridSize[0] = 0x7fffffff;
+  p->maxGridSize[1] = p->maxGridSize[2] = 65535;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int d) {
+  if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    return fail_with(cudaErrorInvalidValue, "cudaDeviceGetAttribute(%d): not emulated", int(a));
+  *v = kSharedOptin;
+  return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int* v) {
+  *v = 13000;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* v) {
+  *v = 13000;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize() {
+  sync_all();
+  return cudaSuccess;
+}
+cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  std::lock_guard<std::mutex> l(allocs_mu);
+  *total_bytes = device_memory();
+  *free_bytes = device_bytes < device_memory() ? device_memory() - device_bytes : 0;
+  return cudaSuccess;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+cudaError_t cudaMalloc(void** p, size_t bytes) {
+  *p = allocate(bytes, Kind::device);
+  return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);
+}
+cudaError_t cudaFree(void* p) {
+  sync_all();  // cudaFree waits for the device, as on a GPU
+  return release(p, Kind::device, "cudaFree");
+}
+cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t s) {
+  return cudaMalloc(p, bytes);  // usable by work queued after this call, as the real one
+}
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (p && !is_device_range(p, 0))
+    return fail_with(cudaErrorInvalidValue, "cudaFreeAsync(%p): not device memory", p);
+  enqueue(s, [p] {
+    if (release(p, Kind::device, "cudaFreeAsync") != cudaSuccess)
+      die("cudaFreeAsync(%p): freed twice", p);
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) {
+  *p = allocate(bytes, Kind::pinned);
+  return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation, "cudaMallocHost(%zu)", bytes);
+}
+cudaError_t cudaFreeHost(void* p) {
+  sync_all();
+  return release(p, Kind::pinned, "cudaFreeHost");
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  if (cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpyAsync")) return e;
+  // Even from pageable memory the copy may happen after the call returns (CUDA promises no
+  // more), so the source is read in stream order.
+  if (bytes) enqueue(s, [=] { std::memcpy(dst, src, bytes); });
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (cudaError_t e = check_copy(dst, src, bytes, kind, "cudaMemcpy")) return e;
+  if (bytes) enqueue(nullptr, [=] { std::memcpy(dst, src, bytes); });
+  return cudaStreamSynchronize(nullptr);
+}
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t s) {
+  if (bytes && !is_device_range(p, bytes))
+    return fail_with(cudaErrorInvalidValue, "cudaMemsetAsync(%p, %zu bytes): not device memory",
+                     p, bytes);
+  if (bytes) enqueue(s, [=] { std::memset(p, value, bytes); });
+  return cudaSuccess;
+}
+cudaError_t cudaMemset(void* p, int value, size_t bytes) {
+  if (cudaError_t e = cudaMemsetAsync(p, value, bytes, nullptr)) return e;
+  return cudaStreamSynchronize(nullptr);
+}
+cudaError_t cudaMemset2DAsync(void* p, size_t pitch, int value, size_t width, size_t height,
+                              cudaStream_t s) {
+  if (height == 0 || width == 0) return cudaSuccess;
+  if (width > pitch || !is_device_range(p, pitch * (height - 1) + width))
+    return fail_with(cudaErrorInvalidValue,
+                     "cudaMemset2DAsync(%p, pitch %zu, width %zu, height %zu): not inside one "
+                     "device allocation",
+                     p, pitch, width, height);
+  enqueue(s, [=] {
+    for (size_t r = 0; r < height; ++r) std::memset(static_cast<char*>(p) + r * pitch, value, width);
+  });
+  return cudaSuccess;
+}
+
+// ---- streams and events ---------------------------------------------------------------------
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+  *s = new_stream(!(flags & cudaStreamNonBlocking));
+  return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (!s) return fail_with(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(legacy stream)");
+  s->wait_until(s->tail());  // the queued work still runs, as on a GPU
+  std::lock_guard<std::mutex> l(streams_mu);
+  live_streams.erase(s);  // its worker stays parked on the empty queue
+  return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  CUstream_st* st = resolve(s);
+  if (st == legacy()) enqueue(s, [] {});  // the legacy stream waits for the blocking ones too
+  st->wait_until(st->tail());
+  return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+  CUstream_st* st = resolve(s);
+  std::lock_guard<std::mutex> l(st->m);
+  return st->done == st->queued ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+  *e = new CUevent_st;
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  // A record may still be queued: the event is parked rather than freed (a few bytes each).
+  static std::mutex mu;
+  static std::vector<cudaEvent_t>* parked = new std::vector<cudaEvent_t>;
+  if (!e) return fail_with(cudaErrorInvalidResourceHandle, "cudaEventDestroy(null)");
+  std::lock_guard<std::mutex> l(mu);
+  parked->push_back(e);
+  return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> l(e->m);
+    n = ++e->recorded;
+  }
+  enqueue(s, [e, n] {
+    std::lock_guard<std::mutex> l(e->m);
+    if (n > e->reached) e->reached = n;
+    e->when = std::chrono::steady_clock::now();
+    e->cv.notify_all();
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  std::lock_guard<std::mutex> l(e->m);
+  return e->reached >= e->recorded ? cudaSuccess : cudaErrorNotReady;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  std::unique_lock<std::mutex> l(e->m);
+  const uint64_t n = e->recorded;
+  e->cv.wait(l, [&] { return e->reached >= n; });
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> l(e->m);
+    n = e->recorded;  // the record issued last before this call, as CUDA captures it
+  }
+  enqueue(s, [e, n] {
+    std::unique_lock<std::mutex> l(e->m);
+    e->cv.wait(l, [&] { return e->reached >= n; });
+  });
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  std::lock_guard<std::mutex> la(a->m);
+  std::lock_guard<std::mutex> lb(b->m);
+  if (a->reached < a->recorded || b->reached < b->recorded) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(b->when - a->when).count();
+  return cudaSuccess;
+}
