@@ -159,7 +159,11 @@ void Trainer::setup() {
   adam_v_.assign(params().size(), 0.0f);
   update_sums_.assign(5, 0.0);
   std::string restore = opt_.restore_file;
-  if (restore.empty() && !opt_.save_dir.empty()) restore = last_checkpoint(opt_.save_dir);
+  if (restore.empty() && !opt_.save_dir.empty()) {
+    const ResumePoint resume = checkpoint_to_resume(opt_.save_dir);
+    if (!resume.warning.empty() && comm_.rank() == 0) LOG(WARNING) << resume.warning;
+    restore = resume.dir;
+  }
   if (!restore.empty()) restore_checkpoint(restore), last_checkpoint_ = restore;
   if (comm_.rank() == 0 && !opt_.metrics.empty()) {
     if (start_update_ > 0 && !opt_.eval_only) truncate_metrics();
@@ -568,11 +572,18 @@ struct Trainer::UpdateStats {
   double stats_wait_s = 0;  // of stats_comm_s, the barrier wait when the communicator splits it
 };
 
-// The last update that --max-update and --max-epoch allow (early stopping aside).
+// The end of the run, the one place that computes it: --max-update, or the first update count
+// at which --max-epoch epochs are done (the task's epoch_of decides, linear in updates or not).
 int64_t Trainer::last_allowed_update(const Task& task) const {
-  if (!(opt_.max_epoch > 0)) return opt_.max_update;
-  return std::min<int64_t>(opt_.max_update,
-                           int64_t(std::ceil(double(opt_.max_epoch) / task.epoch_of(1) - 1e-9)));
+  if (!(opt_.max_epoch > 0) || task.epoch_of(opt_.max_update) < opt_.max_epoch)
+    return opt_.max_update;
+  int64_t below = 0, at = opt_.max_update;  // epoch_of(below) < max_epoch <= epoch_of(at)
+  if (task.epoch_of(0) >= opt_.max_epoch) return 0;
+  while (at - below > 1) {
+    const int64_t mid = below + (at - below) / 2;
+    (task.epoch_of(mid) >= opt_.max_epoch ? at : below) = mid;
+  }
+  return at;
 }
 
 // One update is: gather this rank's micro-batches through forward and backward (the gradient
@@ -583,25 +594,22 @@ TrainResult Trainer::train() {
   Task task;
   make_task(&task);
   Run run = start_run();
-  run.result.update_limit = last_allowed_update(task);
-  auto is_last = [&](int64_t update) {
-    return update + 1 == opt_.max_update ||
-           (opt_.max_epoch > 0 && task.epoch_of(update + 1) >= opt_.max_epoch);
-  };
-  for (int64_t update = start_update_; update < opt_.max_update; ++update) {
-    if (opt_.max_epoch > 0 && task.epoch_of(update) >= opt_.max_epoch) {
-      if (comm_.rank() == 0) LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
-      break;
-    }
+  const int64_t end = run.result.update_limit = last_allowed_update(task);
+  // The run that saved this checkpoint was interrupted before the validation due there.
+  bool ended = validation_pending_ && validate(&run, start_update_ - 1);
+  validation_pending_ = false;
+  int64_t update = start_update_;
+  for (; update < end && !ended; ++update) {
     if (watchdog_) watchdog_->beat("the start of an update");
     inject_fault(run, update);
     UpdateStats stats;
     const double t0 = now_s();
     forward_backward(task, update, &stats);
     allreduce_gradients(run, update, &stats);
+    const bool last = update + 1 == end;
     if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_sumsq)) {
       skip_update(&run, update, stats.loss);
-      if (end_update(task, &run, update, is_last(update), false)) break;
+      ended = end_update(task, &run, update, last, false, agreed_interrupt());
       continue;
     }
     run.bad_in_row = 0;
@@ -612,11 +620,18 @@ TrainResult Trainer::train() {
     if (opt_.consistency_interval > 0 && (update + 1) % opt_.consistency_interval == 0 &&
         comm_.size() > 1)
       check_consistency(update + 1);
-    const bool last = is_last(update);
-    const bool stop = validate_if_due(&run, update, last);
+    // An interrupted run saves at once (a grace period runs) and leaves the validation due
+    // here to the run that resumes from the checkpoint, which records it as pending.
+    const int signal = agreed_interrupt();
+    const bool due = opt_.validate_interval_updates > 0 &&
+                     ((update + 1) % opt_.validate_interval_updates == 0 || last);
+    const bool stop = due && signal == 0 && validate(&run, update);
+    validation_pending_ = due && signal > 0;
     if (watchdog_) watchdog_->beat("validation or a checkpoint");
-    if (end_update(task, &run, update, last, stop)) break;
+    ended = end_update(task, &run, update, last, stop, signal);
   }
+  if (!ended && update == end && end < opt_.max_update && comm_.rank() == 0)
+    LOG(INFO) << "reached --max-epoch " << opt_.max_epoch;
   run.result.wall_s = now_s() - run.t_start;
   if (std::isfinite(best_valid_)) run.result.best_valid_nll = best_valid_;
   run.result.checkpoint = last_checkpoint_;
@@ -897,10 +912,7 @@ void Trainer::record_update(const Task& task, Run* run, int64_t update, const Up
   run->log_loss = run->log_nll = run->log_tokens = run->log_time = 0;
 }
 
-bool Trainer::validate_if_due(Run* run, int64_t update, bool last) {
-  if (!(opt_.validate_interval_updates > 0 &&
-        ((update + 1) % opt_.validate_interval_updates == 0 || last)))
-    return false;
+bool Trainer::validate(Run* run, int64_t update) {
   const int rank = comm_.rank();
   const EvalResult v = mt_ ? evaluate(parallel_.valid) : evaluate(corpus_.valid);
   run->result.valid_nll = v.nll;
@@ -932,16 +944,20 @@ bool Trainer::validate_if_due(Run* run, int64_t update, bool last) {
 
 // The end of every update, skipped ones too: checkpoints at intervals and at the end, and the
 // stop on a signal that every rank agrees on. Returns true when training ends here.
-bool Trainer::end_update(const Task& task, Run* run, int64_t update, bool last, bool stop) {
+int Trainer::agreed_interrupt() {
+  double signal = interrupt_signal();
+  if (comm_.size() > 1) comm_.allreduce_max(&signal, 1);
+  return int(signal);
+}
+
+bool Trainer::end_update(const Task& task, Run* run, int64_t update, bool last, bool stop,
+                         int signal) {
   TrainResult& result = run->result;
   // fairseq's --save-interval: at the end of every N-th epoch.
   const double epoch_done = std::floor(task.epoch_of(update + 1));
   const bool epoch_save = opt_.save_interval > 0 &&
                           epoch_done > std::floor(task.epoch_of(update)) &&
                           int64_t(epoch_done) % opt_.save_interval == 0;
-  // Every rank stops after the same update: the flag of any rank that was signalled.
-  double signal = interrupt_signal();
-  if (comm_.size() > 1) comm_.allreduce_max(&signal, 1);
   const bool final_save = last || stop || signal > 0;
   if (!opt_.save_dir.empty() &&
       (final_save || epoch_save ||
@@ -950,9 +966,9 @@ bool Trainer::end_update(const Task& task, Run* run, int64_t update, bool last, 
       result.final_save_failed = true;
   }
   if (signal > 0) {
-    result.interrupted = int(signal);
+    result.interrupted = signal;
     if (comm_.rank() == 0)
-      LOG(WARNING) << "interrupted (" << signal_name(int(signal)) << ") at update "
+      LOG(WARNING) << "interrupted (" << signal_name(signal) << ") at update "
                    << update + 1
                    << (opt_.save_dir.empty()
                            ? "; nothing saved (no --save-dir)"
@@ -1081,6 +1097,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"params", param_table(params())},
                            {"validations_without_gain", validations_without_gain_}};
       if (std::isfinite(best_valid_)) model_file.header["best_valid_loss"] = best_valid_;
+      if (validation_pending_) model_file.header["validation_pending"] = true;
       model_file.payload.reserve(3 * params().size() * sizeof(float));
       append(&model_file.payload, params().data.to_host());
       append(&model_file.payload, adam_m_.to_host());
@@ -1122,10 +1139,7 @@ std::vector<std::pair<std::string, std::string>> checkpoint_config(const std::st
 }
 
 void Trainer::restore_checkpoint(const std::string& dir) {
-  namespace fs = std::filesystem;
-  if (!fs::exists(fs::path(dir) / "DONE"))
-    throw std::runtime_error("'" + dir + "' is not a complete checkpoint (no DONE marker): " +
-                             "pass another --restore-file");
+  check_checkpoint_dir(dir);
   const CheckpointFile m = read_checkpoint_file(dir + "/model.bin");
   const nlohmann::json want = param_table(params());
   const nlohmann::json& have = m.header.at("params");
@@ -1156,6 +1170,7 @@ void Trainer::restore_checkpoint(const std::string& dir) {
   restored_ = true;
   if (m.header.contains("best_valid_loss")) best_valid_ = m.header["best_valid_loss"].get<double>();
   validations_without_gain_ = m.header.value("validations_without_gain", 0);
+  validation_pending_ = m.header.value("validation_pending", false);
   const int saved_world = m.header.at("world_size").get<int>();
   // Sync groups (older checkpoints: one group of every rank) share their norm state.
   const int saved_group = m.header.contains("sync_group_size")
@@ -1169,13 +1184,9 @@ void Trainer::restore_checkpoint(const std::string& dir) {
     sources = {comm_.rank()};
   } else {
     for (int r = 0; r < saved_world; ++r) sources.push_back(r);
-    if (comm_.rank() == 0)
-      LOG(WARNING) << "checkpoint " << dir << " was saved by " << saved_world
-                   << " ranks in sync groups of " << saved_group << ", resuming on "
-                   << comm_.size() << " in groups of " << group
-                   << ": rank-local norm state starts from the mean over the saved ranks";
   }
-  std::vector<std::vector<double>> sum;
+  std::vector<std::vector<double>> sum, first;  // first: the first saved rank's state
+  bool ranks_differ = false;  // some saved rank's state is not rank 0's: the mean is new state
   for (int r : sources) {
     const CheckpointFile f = read_checkpoint_file(dir + "/rank" + std::to_string(r) + ".bin");
     const double* p = reinterpret_cast<const double*>(f.payload.data());
@@ -1186,11 +1197,19 @@ void Trainer::restore_checkpoint(const std::string& dir) {
         if (entry.at("name") != t.name || entry.at("n").get<size_t>() != t.n)
           throw std::runtime_error("checkpoint '" + dir + "' holds other norm state than this "
                                    "model (" + entry.dump() + "): use the same --norm* flags");
-        if (sum.size() <= k) sum.emplace_back(t.n, 0.0);
-        for (size_t i = 0; i < t.n; ++i) sum[k][i] += p[off + i];
+        if (sum.size() <= k) sum.emplace_back(t.n, 0.0), first.emplace_back(p + off, p + off + t.n);
+        for (size_t i = 0; i < t.n; ++i) {
+          ranks_differ = ranks_differ || p[off + i] != first[k][i];
+          sum[k][i] += p[off + i];
+        }
         off += t.n, ++k;
       }
   }
+  if (ranks_differ && comm_.rank() == 0)
+    LOG(WARNING) << "checkpoint " << dir << " was saved by " << saved_world
+                 << " ranks in sync groups of " << saved_group << ", resuming on "
+                 << comm_.size() << " in groups of " << group
+                 << ": rank-local norm state starts from the mean over the saved ranks";
   size_t k = 0;
   for (size_t l = 0; l < norms.size(); ++l)
     for (const StateTensor& t : norms[l]->state()) {

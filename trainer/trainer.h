@@ -122,6 +122,8 @@ class Trainer {
   // uninterrupted one would and never replaces checkpoint_best with a worse model.
   double best_valid_ = std::numeric_limits<double>::infinity();
   int validations_without_gain_ = 0;
+  // The validation due at the saved update was left to the resumed run (an interrupt).
+  bool validation_pending_ = false;
   bool restored_ = false;
   std::string last_checkpoint_;  // newest complete checkpoint of this run on disk
   struct Bucket {
@@ -151,8 +153,10 @@ class Trainer {
   void skip_update(Run* run, int64_t update, double loss);  // a non-finite update
   void optimizer_step(const Run& run, int64_t update, UpdateStats* stats);
   void record_update(const Task& task, Run* run, int64_t update, const UpdateStats& stats);
-  bool validate_if_due(Run* run, int64_t update, bool last);  // true: --patience stops
-  bool end_update(const Task& task, Run* run, int64_t update, bool last, bool stop);
+  bool validate(Run* run, int64_t update);  // true: --patience stops
+  // The interrupt that stops every rank after this update: any rank's signal, or 0.
+  int agreed_interrupt();
+  bool end_update(const Task& task, Run* run, int64_t update, bool last, bool stop, int signal);
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::pair<std::string, Norm<float>*>> probed_;  // --probe-norm-stats layers
 };
