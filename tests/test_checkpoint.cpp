@@ -247,14 +247,21 @@ TEST(CheckpointFile, EveryDamagedPartIsReportedAsCorruptNamingTheFile) {
   EXPECT_THROW(checkpoint_config(d.path.string()), CorruptCheckpoint);
 }
 
+// Trains 4 updates into dir, saving checkpoint_2 and checkpoint_4.
+Options saved_at_2_and_4(const std::string& dir, Communicator& comm) {
+  Options o = ckpt_options(dir);
+  o.max_update = 4;
+  o.save_interval_updates = 2;
+  o.validate_interval_updates = 2;  // and checkpoint_best
+  Trainer(o, comm, corpus()).train();
+  return o;
+}
+
 TEST(Checkpoint, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
   FLAGS_minloglevel = 2;
   auto comm = make_single_communicator();
   TempDir d("pn_ckpt_fallback");
-  Options o = ckpt_options(d.path.string());
-  o.max_update = 4;
-  o.save_interval_updates = 2;
-  Trainer(o, *comm, corpus()).train();
+  const Options o = saved_at_2_and_4(d.path.string(), *comm);
   const std::string newest = (d.path / "checkpoint_4").string(),
                     older = (d.path / "checkpoint_2").string();
   std::vector<char> model = file_bytes(newest + "/model.bin");
@@ -307,11 +314,7 @@ TEST(Checkpoint, RestoreFileThatDoesNotExistNamesTheCheckpointsBesideIt) {
   EXPECT_NE(none.find("holds no checkpoint"), std::string::npos) << none;
   EXPECT_NE(message(d.path / "nowhere" / "checkpoint_9").find("does not exist either"),
             std::string::npos);
-  Options o = ckpt_options(d.path.string());
-  o.max_update = 4;
-  o.save_interval_updates = 2;
-  o.validate_interval_updates = 2;  // and checkpoint_best
-  Trainer(o, *comm, corpus()).train();
+  saved_at_2_and_4(d.path.string(), *comm);
   const std::string held = message(d.path / "checkpoint_9");
   EXPECT_NE(held.find("--restore-file '" + (d.path / "checkpoint_9").string() +
                       "': there is no checkpoint there"), std::string::npos) << held;

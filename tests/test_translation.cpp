@@ -11,6 +11,7 @@
 
 #include "gradcheck.h"
 #include "model/translation.h"
+#include "temp_dir.h"
 #include "test_translation_fixtures.h"
 #include "trainer/average_checkpoints.h"
 #include "trainer/beam_search.h"
@@ -392,14 +393,13 @@ namespace {
 // computed in one place.
 TEST(TranslationTrainer, MaxEpochStopsAfterTheUpdateThatCompletesTheEpoch) {
   FLAGS_minloglevel = 1;
-  auto comm = make_single_communicator();
-  const fs::path dir = fs::temp_directory_path() / "pn_mt_max_epoch";
-  fs::remove_all(dir);
+  const test::TempDir dir("pn_mt_max_epoch");
   Options o = test::small_mt();
   o.max_tokens = 256;
   o.max_update = 1000;
   o.max_epoch = 1;
-  o.save_dir = dir.string();
+  o.save_dir = dir.path.string();
+  auto comm = make_single_communicator();
   const int64_t per_epoch = int64_t(length_batches(toy().train, 256).size());
   ASSERT_GT(per_epoch, 2);
   const TrainResult one = Trainer(o, *comm, toy()).train();
@@ -416,11 +416,10 @@ TEST(TranslationTrainer, MaxEpochStopsAfterTheUpdateThatCompletesTheEpoch) {
   EXPECT_TRUE(again.losses.empty());
   EXPECT_EQ(again.update_limit, 2 * per_epoch);
   o.max_update = 2 * per_epoch - 1;  // the smaller limit wins
-  fs::remove_all(dir);
+  o.save_dir = (dir.path / "capped").string();
   const TrainResult capped = Trainer(o, *comm, toy()).train();
   EXPECT_EQ(capped.updates, 2 * per_epoch - 1);
   EXPECT_EQ(capped.update_limit, 2 * per_epoch - 1);
-  fs::remove_all(dir);
 }
 
 }  // namespace

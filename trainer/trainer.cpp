@@ -13,18 +13,27 @@
 namespace pn {
 
 Trainer::Trainer(const Options& options, Communicator& comm, Corpus corpus)
-    : opt_(options), comm_(comm) {
-  start_watchdog();
-  make_stats_communicator();
-  task_ = make_lm_task(opt_, std::move(corpus), &stats_communicator());
-  setup();
-}
+    : Trainer(options, comm, [&](Communicator* stats_comm) {
+        return make_lm_task(options, std::move(corpus), stats_comm);
+      }) {}
 
 Trainer::Trainer(const Options& options, Communicator& comm, ParallelCorpus corpus)
+    : Trainer(options, comm, [&](Communicator* stats_comm) {
+        return make_translation_task(options, std::move(corpus), stats_comm);
+      }) {}
+
+Trainer::Trainer(const Options& options, Communicator& comm, const MakeTask& make_task)
     : opt_(options), comm_(comm) {
-  start_watchdog();
-  make_stats_communicator();
-  task_ = make_translation_task(opt_, std::move(corpus), &stats_communicator());
+  if (comm_.size() > 1 && opt_.comm_timeout > 0) {
+    // A stuck rank names itself first; its peers' collectives give up a little later.
+    comm_.timeout_s = opt_.comm_timeout + 10;
+    watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
+  }
+  // Synchronized norms reduce their statistics within groups of --sync-group-size ranks (all
+  // ranks by default); a split of its own even then, so that its counts are the statistics'.
+  // It exists before the model, whose synchronized norms use it.
+  if (comm_.size() > 1) stats_comm_ = make_group_communicator(comm_, opt_.sync_group_size);
+  task_ = make_task(&stats_communicator());
   setup();
 }
 
@@ -46,20 +55,6 @@ const Corpus& Trainer::corpus() const {
 const ParallelCorpus& Trainer::parallel_corpus() const {
   static const ParallelCorpus none;
   return task_->parallel_corpus() ? *task_->parallel_corpus() : none;
-}
-
-void Trainer::start_watchdog() {
-  if (comm_.size() > 1 && opt_.comm_timeout > 0) {
-    // A stuck rank names itself first; its peers' collectives give up a little later.
-    comm_.timeout_s = opt_.comm_timeout + 10;
-    watchdog_ = std::make_unique<Watchdog>(comm_, opt_.comm_timeout);
-  }
-}
-
-void Trainer::make_stats_communicator() {
-  // Synchronized norms reduce their statistics within groups of --sync-group-size ranks (all
-  // ranks by default); a split of its own even then, so that its counts are the statistics'.
-  if (comm_.size() > 1) stats_comm_ = make_group_communicator(comm_, opt_.sync_group_size);
 }
 
 void Trainer::setup() {

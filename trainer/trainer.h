@@ -93,9 +93,9 @@ class Trainer {
   void with_eval_state(const std::function<void()>& fn);
 
  private:
-  void start_watchdog();
-  void make_stats_communicator();  // before the model, whose synchronized norms use it
-  void setup();  // what both constructors share, once the model exists
+  using MakeTask = std::function<std::unique_ptr<ModelTask>(Communicator* stats_comm)>;
+  Trainer(const Options& options, Communicator& comm, const MakeTask& make_task);
+  void setup();  // once the model exists: initial parameters, probes, the checkpoint to resume
   void choose_probed_norms();  // --probe-norm-stats
 
   // save_restore.cpp. save_checkpoint saves checkpoint_<update> (all ranks take part); it
