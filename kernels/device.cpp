@@ -282,6 +282,11 @@ std::string cuda_unavailable_reason() {
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
+    // The two a machine without a GPU gives, in words; any other as the runtime names it.
+    if (e == cudaErrorInsufficientDriver)
+      return "no GPU driver was found, or it is older than this build's CUDA runtime "
+             "(cudaErrorInsufficientDriver)";
+    if (e == cudaErrorNoDevice) return "no GPU is visible (cudaErrorNoDevice)";
     return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   }
   return n > 0 ? "" : "the CUDA runtime reports 0 devices";
@@ -335,7 +340,7 @@ Device resolve_device(const std::string& name, bool say) {
   if (name == "auto") {
     const std::string why = cuda_unavailable_reason();
     if (why.empty()) return Device::CUDA;
-    if (say) std::fprintf(stderr, "pntrain: --device auto: training on the CPU (%s)\n", why.c_str());
+    if (say) std::fprintf(stderr, "pntrain: training on the CPU: %s\n", why.c_str());
     return Device::CPU;
   }
   if (!parse_device(name, &d))

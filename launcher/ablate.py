@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 
-from pn_metrics import int_list, read_metrics, split_passthrough
+from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IWSLT = os.path.join(ROOT, "..", "shared", "data", "iwslt14-de-en")
@@ -299,31 +299,30 @@ def main():
                 flush=True)
             rows.append(row)
             continue
-        print("%s: running ..." % tag, end="", flush=True)
+        print("%s: running ..." % tag, flush=True)
         with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
             f.write(cmd_text + "\n")
         t0 = time.time()
         rc = 0
         if not finished(cell_dir, max_update, cmd_text):  # translation: maybe only BLEU left
-            with open(os.path.join(cell_dir, "train.log"), "w") as log:
-                rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+            rc = run_with_progress(cmd, os.path.join(cell_dir, "train.log"), tag)
         if translation and rc == 0 and finished(cell_dir, max_update, cmd_text):
             if evaluate_bleu(eval_cmd, cell_dir) is None:
                 rc = -1
-                print(" BLEU evaluation FAILED; see %s" % os.path.join(cell_dir, "eval.log"))
+                print("%s: BLEU evaluation FAILED; see %s" % (tag, os.path.join(cell_dir, "eval.log")))
         secs = time.time() - t0
         row = summarize(norm, m, uf, groups, R, cell_dir)
         rows.append(row)
         if rc != 0 or not finished(cell_dir, max_update, cmd_text):
             failed.append((norm, m))
-            print(" FAILED (exit %d) after %.1fs; last lines of %s:" % (
-                rc, secs, os.path.join(cell_dir, "train.log")), flush=True)
+            print("%s: FAILED (exit %d) after %.1fs; last lines of %s:" % (
+                tag, rc, secs, os.path.join(cell_dir, "train.log")), flush=True)
             with open(os.path.join(cell_dir, "train.log"), errors="replace") as f:
                 for line in f.readlines()[-5:]:
                     print("    " + line.rstrip())
         else:
-            print(" %.1fs: valid loss %.4f ppl %.3f%s, %.0f tok/s" % (
-                secs, row["valid_loss"], row["valid_ppl"],
+            print("%s: %.1fs: valid loss %.4f ppl %.3f%s, %.0f tok/s" % (
+                tag, secs, row["valid_loss"], row["valid_ppl"],
                 ", BLEU %.2f" % row["bleu"] if translation else "", row["tokens_per_s_median"]),
                 flush=True)
 

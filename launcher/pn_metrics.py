@@ -1,8 +1,14 @@
-"""Shared by the launcher scripts (ablate.py, bench.py, plot.py): reading pntrain --metrics
-files (JSONL) and comma-separated flag values."""
+"""Shared by the launcher scripts (ablate.py, bench.py, plot.py, reproduce.py): reading pntrain
+--metrics files (JSONL), comma-separated flag values, and running a cell with its progress."""
 import json
 import os
+import re
+import subprocess
 import sys
+import time
+
+# Seconds between two progress lines of a running cell (PN_PROGRESS_S overrides).
+PROGRESS_S = float(os.environ.get("PN_PROGRESS_S", "60"))
 
 
 def read_metrics(path, warn=False):
@@ -44,3 +50,43 @@ def split_passthrough(argv):
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
+
+
+def last_progress(log_path):
+    """'update N/M | epoch E | ... | eta T' of the newest progress line in a pntrain log, shortened
+    to its update, epoch and eta ("" when there is none yet)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    found = re.findall(r"update (\d+)/(\d+) \| epoch ([0-9.]+) .*?\| eta (\S+)", tail)
+    if not found:
+        return ""
+    u, total, epoch, eta = found[-1]
+    return "update %s/%s (%.0f%%), epoch %s, eta %s" % (u, total, 100.0 * int(u) / max(1, int(total)),
+                                                      epoch, eta)
+
+
+def run_with_progress(cmd, log_path, tag, mode="w"):
+    """Runs cmd with its output in log_path; every PROGRESS_S seconds prints '<tag>: <the newest
+    progress line, shortened>' so that a long cell shows where it is. Returns the exit status."""
+    with open(log_path, mode) as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while True:
+            try:
+                return proc.wait(timeout=PROGRESS_S)
+            except subprocess.TimeoutExpired:
+                line = last_progress(log_path)
+                print("%s: %s (%.0f min in)" % (tag, line or "starting", (time.time() - t0) / 60),
+                      flush=True)
+            except BaseException:  # interrupted: the cell's processes end with this script
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                raise

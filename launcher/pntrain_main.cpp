@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -172,6 +173,10 @@ int main(int argc, char** argv) {
         restore = resume.dir;
       }
       if (!restore.empty()) {
+        const nlohmann::json run = pn::read_checkpoint_header(restore + "/model.bin");
+        using Flags = std::map<std::string, std::string>;
+        pn::resume_flags(argc, argv, run.value("flags", Flags{}), run.value("options", Flags{}),
+                         restore, &opt);
         pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
         opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
       } else if (opt.eval_only) {

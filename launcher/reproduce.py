@@ -56,7 +56,7 @@ import sys
 import time
 
 from ablate import finished, flag_value, mpirun_prefix, read_ini
-from pn_metrics import int_list, read_metrics, split_passthrough
+from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,7 +112,10 @@ def die(msg):
     sys.exit(2)
 
 
-def run_logged(cmd, log_path, mode="w"):
+def run_logged(cmd, log_path, mode="w", tag=None):
+    """cmd's output into log_path; with a tag, its progress every PN_PROGRESS_S seconds."""
+    if tag:
+        return run_with_progress(cmd, log_path, tag, mode)
     with open(log_path, mode) as log:
         return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
 
@@ -223,7 +226,7 @@ class Runner:
         if finished(cell_dir, self.max_update, cmd_text) and os.path.exists(eval_path):
             print("%s: done before, skipped" % tag, flush=True)
             return self.row(key, seed, cell_dir)
-        print("%s: running ..." % tag, end="", flush=True)
+        print("%s: running ..." % tag, flush=True)
         t0 = time.time()
         with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
             f.write(cmd_text + "\n")
@@ -231,34 +234,35 @@ class Runner:
         if not finished(cell_dir, self.max_update, cmd_text):
             # A fresh start: a stale checkpoint of another command must not be resumed.
             shutil.rmtree(os.path.join(cell_dir, "checkpoints"), ignore_errors=True)
-            rc = run_logged(cmd, os.path.join(cell_dir, "train.log"))
+            rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), tag=tag)
         train_s = time.time() - t0
         if rc == 0 and finished(cell_dir, self.max_update, cmd_text):
             rc = self.evaluate(cmd, cell_dir, train_s)
         if rc != 0:
-            print(" FAILED (exit %d); see %s" % (rc, cell_dir), flush=True)
+            print("%s: FAILED (exit %d); see %s" % (tag, rc, cell_dir), flush=True)
             return self.row(key, seed, cell_dir)
         row = self.row(key, seed, cell_dir)
-        print(" %.0fs: valid ppl %.2f test ppl %s%s" % (
-            time.time() - t0, row["valid_ppl"], "%.2f" % row["test_ppl"],
+        print("%s: %.0fs: valid ppl %.2f test ppl %s%s" % (
+            tag, time.time() - t0, row["valid_ppl"], "%.2f" % row["test_ppl"],
             " BLEU %.2f" % row["bleu"] if self.translation else ""), flush=True)
         return row
 
     # ---- the medium and long presets: cells that run to early stopping and resume ----
-    def medium_cell(self, key, norm, norm_flags, seed, tag):
+    def medium_cell(self, key, norm, norm_flags, seed, tag, cell_dir=None, probe=False,
+                    overrides=()):
         """Trains one cell until --max-epoch or early stopping, resuming an interrupted run of
-        the same command from its last checkpoint; evaluates checkpoint_best on valid and test."""
+        the same command from its last checkpoint; evaluates checkpoint_best on valid and test.
+        Default: the table's cell; a Figure 5 cell gives its own directory and overrides."""
         norm_flags = norm_flags + self.tuned_alpha(key, norm, norm_flags, seed)
-        cell_dir = os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
-        rc = self.resumable_run(cell_dir, self.base_args(norm, norm_flags, seed, cell_dir, False),
-                                tag)
+        cell_dir = cell_dir or os.path.join(self.a.out, "table", "%s_s%d" % (key, seed))
+        args = self.base_args(norm, norm_flags, seed, cell_dir, probe, overrides)
+        rc = self.resumable_run(cell_dir, args, tag)
         eval_path = os.path.join(cell_dir, "eval.json")
         if rc == 0 and not os.path.exists(eval_path):
             best = os.path.join(cell_dir, "checkpoints", "checkpoint_best")
             with open(os.path.join(cell_dir, "trained.json")) as f:
                 train_s = json.load(f)["train_s"]
-            cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + self.base_args(
-                norm, norm_flags, seed, cell_dir, False)
+            cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
             rc = self.evaluate(cmd + ["--restore-file", best], cell_dir, train_s)
         row = self.row(key, seed, cell_dir)
         if rc != 0:
@@ -268,6 +272,27 @@ class Runner:
                 tag, row["valid_ppl"], row["best_epoch"], row["test_ppl"], row["train_s"] / 60),
                 flush=True)
         return row
+
+    def figure5_cell(self, key, norm, norm_flags, seed, m, tag):
+        """One cell of the Figure 5 analog at an epoch preset's budget: statistics over
+        mini-batches of m tokens by accumulation at a fixed update (--max-tokens m, --update-freq
+        update/m), trained as the table's cells. BN is probed (--probe-norm-stats: the Figures
+        2-4 distances); the unprobed m = update cell is the table's own cell, reused when done."""
+        cell_dir, probe = self.figure5_dir(key, seed, m)
+        if cell_dir.endswith(os.path.join("table", "%s_s%d" % (key, seed))):
+            return self.medium_cell(key, norm, norm_flags, seed, tag)
+        overrides = ["--max-tokens", str(m), "--update-freq", str(self.a.update_tokens // m)]
+        return self.medium_cell(key, norm, norm_flags, seed, tag, cell_dir, probe, overrides)
+
+    def figure5_dir(self, key, seed, m):
+        """A Figure 5 cell's directory (the table's for an unprobed m = update when the table's
+        update is that size) and whether it is probed."""
+        probe = key == "batch"
+        table_update = int(flag_value(self.extra, "max-tokens", self.ini.get("max-tokens", "0"))) * \
+            int(flag_value(self.extra, "update-freq", self.ini.get("update-freq", "1")))
+        if m == self.a.update_tokens == table_update and not probe:
+            return os.path.join(self.a.out, "table", "%s_s%d" % (key, seed)), False
+        return os.path.join(self.a.out, "figure5", "%s_m%d_s%d" % (key, m, seed)), probe
 
     def resumable_run(self, cell_dir, args, tag):
         """Runs pntrain with args into cell_dir unless trained.json says it finished: a cell
@@ -297,7 +322,7 @@ class Runner:
             f.write(cmd_text + "\n")
         print("%s: %s ..." % (tag, "resuming" if same else "running"), flush=True)
         t0 = time.time()
-        rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), "a")
+        rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), "a", tag=tag)
         with open(os.path.join(cell_dir, "attempts.txt"), "a") as f:
             f.write("%.1f %d\n" % (time.time() - t0, rc))
         if rc == 0:
@@ -736,6 +761,82 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     return path
 
 
+def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
+    """FIGURE5.md of an epoch preset's Figure 5 cells: test perplexity at the best validation
+    against the statistics mini-batch m, one line per norm with LN's table cell as the
+    reference, and BN's batch-vs-running distances at the smallest and largest m."""
+    labels = {v[0]: v[1] for v in vlist}
+    U = a.update_tokens
+    L = ["# PowerNorm reproduction: Figure 5 analog at the %s budget" % a.preset, "",
+         "Config `%s`, seeds %s. Every update is %d tokens; batch-type norms take their "
+         "statistics over micro-batches of m tokens (--max-tokens m --update-freq %d/m), trained "
+         "as the table's cells (to --max-epoch %s or --patience %s). Test perplexity of the "
+         "best-validation checkpoint (its valid perplexity in brackets). The m = %d cells of LN, "
+         "PN-V and both PN forms are the table's own; BN's are probed (--probe-norm-stats all) "
+         "and run apart. Generated by `launcher/pn reproduce --task lm --%s --figure5` (this "
+         "invocation: %.0f min)." % (os.path.relpath(runner.config, ROOT), a.seeds, U, U,
+                                     runner.ini.get("max-epoch"), runner.ini.get("patience"),
+                                     U, a.preset, elapsed / 60), "",
+         "| norm | seed | " + " | ".join("m = %d" % m for m in minis) + " |",
+         "|---|---|" + "---|" * len(minis)]
+    by = {(r["key"], r["seed"], r["m"]): r for r in rows}
+    for key, seed in sorted({(r["key"], r["seed"]) for r in rows},
+                            key=lambda ks: ([v[0] for v in vlist].index(ks[0]), ks[1])):
+        cells = []
+        for m in minis:
+            r = by.get((key, seed, m))
+            cells.append("%.1f (%.1f)" % (r["test_ppl"], r["valid_ppl"])
+                         if r and math.isfinite(r["test_ppl"]) else "—")
+        L.append("| %s | %d | %s |" % (labels[key], seed, " | ".join(cells)))
+    ln = {}
+    for seed in runner.seeds:
+        r = runner.row("layer", seed, os.path.join(a.out, "table", "layer_s%d" % seed))
+        if math.isfinite(r["test_ppl"]):
+            ln[seed] = r["test_ppl"]
+            L.append("| LN (reference, m not used) | %d | %s |" % (
+                seed, " | ".join("%.1f" % r["test_ppl"] for _ in minis)))
+    plt = plt_or_none()
+    if plt is not None and rows:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for i, key in enumerate(v[0] for v in vlist):
+            for seed in runner.seeds:
+                pts = [(m, by[(key, seed, m)]["test_ppl"]) for m in minis
+                       if (key, seed, m) in by and math.isfinite(by[(key, seed, m)]["test_ppl"])]
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color="C%d" % i,
+                            label="%s s%d" % (labels[key], seed))
+        for seed, ppl in ln.items():
+            ax.axhline(ppl, color="black", ls="--", lw=0.8, label="LN s%d" % seed)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(minis)
+        ax.set_xticklabels([str(m) for m in minis])
+        ax.set_xlabel("statistics mini-batch m (tokens)")
+        ax.set_ylabel("test perplexity at the best validation")
+        ax.set_title("Figure 5 analog: %d-token updates (%s budget)" % (U, a.preset), fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.out, "figs", "figure5_%s.png" % a.preset), dpi=120)
+        plt.close(fig)
+        L += ["", "![Figure 5 analog](figs/figure5_%s.png)" % a.preset]
+    probed = [os.path.join(a.out, "figure5", "batch_m%d_s%d" % (m, runner.seeds[0]), "metrics.jsonl")
+              for m in (minis[0], minis[-1])]
+    probed = [p for p in probed if os.path.exists(p)]
+    if probed:
+        out = os.path.join(a.out, "figs", "figure5_bn_stats")
+        subprocess.call([sys.executable, os.path.join(HERE, "plot.py")] + probed + ["--out", out],
+                        stdout=subprocess.DEVNULL)
+        if os.path.exists(os.path.join(out, "norm_stats.png")):
+            L += ["", "BN's batch statistics against its running ones over training, at m = %s "
+                  "(the Figures 2-4 analog; one line per layer):" % " and ".join(
+                      str(m) for m in (minis[0], minis[-1])), "",
+                  "![BN statistics distances](figs/figure5_bn_stats/norm_stats.png)"]
+    path = os.path.join(a.out, "FIGURE5.md")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return path
+
+
 def draw_curves(curves, warmup, path, preset):
     """Validation perplexity against epochs for every cell (left), each cell's validation
     perplexity relative to LN's of the same seed at the same update (middle: does the gap
@@ -873,6 +974,36 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
     return path
 
 
+def run_figure5(a, runner, vlist):
+    """The Figure 5 cells of an epoch preset, seed-major, each resumable; FIGURE5.md grows with
+    them. Returns the exit status (1 when a cell has no result)."""
+    try:
+        minis = int_list(a.mini_batches or "512,1024,2048,4096", "--mini-batches")
+    except ValueError as e:
+        die(str(e))
+    bad = [m for m in minis if a.update_tokens % m]
+    if bad:
+        die("--mini-batches %s: each must divide --update-tokens %d" % (
+            ",".join(map(str, bad)), a.update_tokens))
+    cells = [(v, s, m) for s in runner.seeds for v in vlist for m in minis]
+    print("reproduce: Figure 5 analog: %d cells (%s x m %s x seeds %s), %d-token updates, "
+          "until early stopping (at most %s epochs) -> %s" % (
+              len(cells), ",".join(v[0] for v in vlist), ",".join(map(str, minis)), a.seeds,
+              a.update_tokens, runner.ini.get("max-epoch"), a.out), flush=True)
+    t0, rows = time.time(), []
+    for i, ((key, _, norm, flags, _), seed, m) in enumerate(cells, 1):
+        tag = "[%d/%d] %-14s m %4d seed %d" % (i, len(cells), key, m, seed)
+        if a.report_only:
+            row = runner.row(key, seed, runner.figure5_dir(key, seed, m)[0])
+        else:
+            row = runner.figure5_cell(key, norm, flags, seed, m, tag)
+        row["m"] = m
+        rows.append(row)
+        path = write_figure5_report(a, runner, rows, vlist, minis, time.time() - t0)
+    print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
+    return 1 if any(not math.isfinite(r["test_ppl"]) for r in rows) else 0
+
+
 def main():
     argv, extra = split_passthrough(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -906,6 +1037,11 @@ def main():
     p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
     p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
     p.add_argument("--no-ablation", action="store_true", help="skip the Figure 5 analog")
+    p.add_argument("--figure5", action="store_true",
+                   help="medium, long: the Figure 5 analog at the preset's budget instead of the "
+                        "table: --norms (default batch,power_v,power,power_authors) at every "
+                        "--mini-batches m (default 512,1024,2048,4096) by accumulation; writes "
+                        "OUT/FIGURE5.md")
     p.add_argument("--no-tune", action="store_true",
                    help="medium: PN's alphas from the config instead of the short-run grid")
     p.add_argument("--report-only", action="store_true",
@@ -967,6 +1103,14 @@ def main():
         vlist = [next(v for v in vlist if v[0] == n) for n in want]  # in the order given
     os.makedirs(os.path.join(a.out, "figs"), exist_ok=True)
     runner = Runner(a, extra, config, data, translation, seeds)
+    if a.figure5:
+        if a.preset not in EPOCH_PRESETS:
+            die("--figure5 is for --medium and --long (the other presets run ablate.py)")
+        for k in ("max-tokens", "update-freq"):
+            if flag_value(extra, k, None) is not None:
+                die("--%s is set per Figure 5 cell (--mini-batches, --update-tokens); do not "
+                    "pass it after --" % k)
+        return run_figure5(a, runner, vlist if a.norms else [v for v in vlist if v[0] != "layer"])
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
     budget = ("until early stopping (at most %s epochs)" % runner.ini.get("max-epoch")

@@ -66,11 +66,11 @@ const char* signal_name(int sig) {
   }
 }
 
-std::string interrupt_notice() {
+std::string interrupt_description(int stop_signal) {
   switch (interrupt_cause()) {
-    case SIGUSR1: return " (notice: SIGUSR1, the early warning)";
-    case SIGCONT: return " (notice: SIGCONT, mpirun is ending the job)";
-    default: return "";
+    case SIGUSR1: return "SIGUSR1, a request to save and stop";
+    case SIGCONT: return "SIGCONT: mpirun is ending the job";
+    default: return signal_name(stop_signal);
   }
 }
 

@@ -24,8 +24,8 @@ int interrupt_signal();
 int interrupt_cause();
 // The name of a signal ("SIGTERM"), for the log.
 const char* signal_name(int sig);
-// " (notice: ...)" naming this process's first signal when it was SIGUSR1 or mpirun's SIGCONT,
-// "" otherwise: the tail of the log line of an interruption.
-std::string interrupt_notice();
+// What interrupted this process, for the log line of an interruption: the first signal that
+// asked, in words ("SIGUSR1, a request to save and stop"), else the stop's signal's name.
+std::string interrupt_description(int stop_signal);
 
 }  // namespace pn

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -126,6 +127,25 @@ void keep_last_of_repeated(po::parsed_options* parsed, const std::string& where,
                      " times" + where + ": the last one wins (--" + op.string_key + value + ")");
   }
   parsed->options = std::move(kept);
+}
+
+// The text of a given flag as an INI line takes it back: its value, or "true" for a switch.
+std::string given_text(const po::option& op) {
+  std::string text;
+  for (const std::string& v : op.value) text += (text.empty() ? "" : " ") + v;
+  return op.value.empty() ? "true" : text;
+}
+
+// An option's value as text, whatever its type (every typed option of describe()).
+std::string value_text(const boost::any& v) {
+  if (const auto* x = boost::any_cast<std::string>(&v)) return *x;
+  if (const auto* x = boost::any_cast<double>(&v)) return as_text(*x);
+  if (const auto* x = boost::any_cast<float>(&v)) return as_text(double(*x));
+  if (const auto* x = boost::any_cast<int>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<int64_t>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<uint64_t>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
+  return "?";
 }
 
 po::options_description describe(Options& o) {
@@ -372,7 +392,8 @@ po::options_description describe(Options& o) {
 
 }  // namespace
 
-bool parse_options(int argc, char** argv, Options* out, std::string* help) {
+bool parse_options(int argc, char** argv, Options* out, std::string* help,
+                   const std::string& inherited) {
   Options o;
   po::options_description file_opts = describe(o);
   po::options_description cmdline("pntrain: data-parallel Transformer training with "
@@ -391,6 +412,9 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
         po::command_line_parser(argc, argv).options(cmdline).style(style).run();
     keep_last_of_repeated(&parsed, "", &o.notes);
     po::store(parsed, vm);
+    for (const po::option& op : parsed.options)
+      if (op.string_key != "config" && op.string_key != "help" && op.string_key != "version")
+        o.given_text[op.string_key] = given_text(op);
     if (vm.count("help") || vm.count("version")) {
       std::ostringstream ss;
       if (vm.count("help")) ss << cmdline;
@@ -408,6 +432,8 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
         po::parsed_options in_file = po::parse_config_file(in, file_opts);
         keep_last_of_repeated(&in_file, " in '" + path + "'", &o.notes);
         po::store(in_file, vm);
+        for (const po::option& op : in_file.options)  // the command line wins
+          o.given_text.emplace(op.string_key, given_text(op));
       } catch (const po::unknown_option& e) {
         throw std::invalid_argument("in config file '" + path + "': " +
                                     unknown_flag_message(e.get_option_name()));
@@ -416,14 +442,25 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
                                     " (see pntrain --help for the option names and types)");
       }
     }
+    // The flags of a checkpoint's run, below the command line and --config (store keeps the
+    // first value of a flag).
+    if (!inherited.empty()) {
+      std::istringstream in(inherited);
+      const po::parsed_options stored = po::parse_config_file(in, file_opts, true);
+      po::store(stored, vm);
+      for (const po::option& op : stored.options) o.given_text.emplace(op.string_key, given_text(op));
+    }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     throw std::invalid_argument(unknown_flag_message(e.get_option_name()));
   } catch (const po::error& e) {
     throw std::invalid_argument(std::string(e.what()) + " (see pntrain --help)");
   }
-  for (const auto& [name, value] : vm)
+  for (const auto& [name, value] : vm) {
     if (!value.defaulted()) o.given.insert(name);
+    if (name != "help" && name != "version" && name != "config")
+      o.values[name] = value_text(value.value());
+  }
   // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own.
   if (!o.norm.empty()) {
     for (auto [flag, place] : {std::pair<const char*, std::string*>{"norm-self", &o.norm_self},
@@ -436,7 +473,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
                                {"decoder-norm-cross", &o.decoder_norm_cross},
                                {"decoder-norm-ff", &o.decoder_norm_ff},
                                {"decoder-norm-final", &o.decoder_norm_final}})
-      if (vm[flag].defaulted()) *place = o.norm, o.given.insert(flag);
+      if (vm[flag].defaulted()) *place = o.norm, o.given.insert(flag), o.values[flag] = o.norm;
   }
   // fairseq's spellings.
   if (!o.adam_betas.empty()) {
@@ -478,6 +515,9 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
                       std::to_string(rounded / o.tokens_per_sample) + " samples per rank)");
     o.max_tokens = rounded;
   }
+  // The values the spellings above decided.
+  o.values["device"] = o.device, o.values["precision"] = o.precision;
+  o.values["max-tokens"] = std::to_string(o.max_tokens);
   *out = o;
   return true;
 }
@@ -586,6 +626,49 @@ void apply_checkpoint_flags(const std::vector<std::pair<std::string, std::string
                                   checkpoint + "' (trained with --" + name + " " + show(want) +
                                   "): drop the flag, or start a new run with another --save-dir");
     if (!o->given.count(name)) f->set(*o, want);
+  }
+}
+
+std::map<std::string, std::string> checkpoint_flags(const std::map<std::string, std::string>& f) {
+  std::map<std::string, std::string> kept = f;
+  for (const char* path : {"save-dir", "metrics", "results-path", "restore-file"}) kept.erase(path);
+  return kept;
+}
+
+void resume_flags(int argc, char** argv, const std::map<std::string, std::string>& stored,
+                  const std::map<std::string, std::string>& stored_values,
+                  const std::string& checkpoint, Options* o) {
+  static const std::set<std::string> kNeverTaken = {
+      "device", "cpu", "threads", "precision", "bf16", "fp16", "data", "eval-only", "sample",
+      "config", "debug-fault"};
+  std::string ini;
+  std::vector<std::string> differ;
+  for (const auto& [name, text] : stored) {
+    if (kNeverTaken.count(name)) continue;
+    if (!o->given.count(name)) {
+      ini += name + " = " + text + "\n";
+      continue;
+    }
+    if (name == "max-update" || name == "max-epoch") continue;  // a resume's usual extension
+    const auto was = stored_values.find(name);
+    const auto now = o->values.find(name);
+    if (was != stored_values.end() && now != o->values.end() && was->second != now->second)
+      differ.push_back("--" + name + " " + now->second + " (the checkpoint's run: " +
+                       was->second + ")");
+  }
+  if (!ini.empty()) {
+    std::string unused;
+    std::vector<std::string> notes = o->notes;
+    Options taken;
+    parse_options(argc, argv, &taken, &unused, ini);
+    *o = std::move(taken);
+    o->notes = std::move(notes);
+  }
+  if (!differ.empty()) {
+    std::string text;
+    for (const std::string& d : differ) text += (text.empty() ? "" : ", ") + d;
+    o->notes.push_back("resuming from '" + checkpoint + "' with flags other than its run's: " +
+                       text + "; the flags given here apply");
   }
 }
 

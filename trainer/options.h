@@ -3,6 +3,7 @@
 // command line wins over the file.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -98,6 +99,9 @@ struct Options {
   double power = 1.0;             // polynomial_decay: exponent of the decay
   int total_num_update = -1;      // polynomial_decay: updates of the decay (-1: max_update)
   std::set<std::string> given;    // flags given on the command line or in --config
+  // The given flags as written (a switch: "true"), which a checkpoint keeps so that a resume
+  // needs none repeated; and every option's value as text, defaults included.
+  std::map<std::string, std::string> given_text, values;
   std::vector<std::string> notes; // messages of the parse for rank 0 to print (rounded values)
   // text from a language model (trainer/sample.h): --restore-file CK --sample N
   int sample = 0;                 // samples to print (0: train or evaluate as usual)
@@ -109,7 +113,24 @@ struct Options {
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws
 // std::invalid_argument with a message naming the culprit and the fix on bad input.
-bool parse_options(int argc, char** argv, Options* out, std::string* help);
+// `inherited`: INI text of flags below the command line and --config (a checkpoint's run's, from
+// resume_flags).
+bool parse_options(int argc, char** argv, Options* out, std::string* help,
+                   const std::string& inherited = "");
+// The flags a checkpoint keeps of its run: all but the paths of the run's outputs and input
+// (--save-dir, --metrics, --results-path, --restore-file), so that its bytes do not depend on
+// where the run wrote.
+std::map<std::string, std::string> checkpoint_flags(const std::map<std::string, std::string>& f);
+// A resume, --eval-only and --sample take the flags of the run that wrote `checkpoint` (`stored`:
+// its given flags as written, `stored_values`: its every option's value) where argv gives none,
+// by parsing argv again above them. A flag given with another value than the run's is applied
+// with a note naming both (but --max-update and --max-epoch, which a resume usually extends). Not taken: where and how the ranks compute (--device, --cpu,
+// --threads, --precision, --bf16, --fp16), --data (the model's configuration holds it), the
+// verbs (--eval-only, --sample, --config, --debug-fault), and the outputs' paths, which a
+// checkpoint does not keep.
+void resume_flags(int argc, char** argv, const std::map<std::string, std::string>& stored,
+                  const std::map<std::string, std::string>& stored_values,
+                  const std::string& checkpoint, Options* o);
 // Checks values against each other (after parsing), throwing std::invalid_argument.
 void validate_options(const Options& o);
 // The version string of --version.

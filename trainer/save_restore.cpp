@@ -101,6 +101,8 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
                            {"config", config},
+                           {"flags", checkpoint_flags(opt_.given_text)},
+                           {"options", checkpoint_flags(opt_.values)},
                            {"vocab", task_->vocab_fingerprint()},
                            {"params", param_table(params())},
                            {"validations_without_gain", validations_without_gain_}};

@@ -252,13 +252,12 @@ bool Trainer::end_update(Run* run, int64_t update, bool last, bool stop, int sig
   if (signal > 0) {
     result.interrupted = signal;
     if (comm_.rank() == 0)
-      LOG(WARNING) << "interrupted (" << signal_name(signal) << ") at update "
+      LOG(WARNING) << "interrupted (" << interrupt_description(signal) << ") at update "
                    << update + 1
                    << (opt_.save_dir.empty()
                            ? "; nothing saved (no --save-dir)"
                            : result.final_save_failed ? "; its checkpoint was not saved"
-                                                      : "; the same command resumes")
-                   << interrupt_notice();
+                                                      : "; the same command resumes");
     return true;
   }
   return stop;

@@ -56,7 +56,7 @@ resume=("${common[@]}" --metrics "$tmp/resumed.jsonl" --save-dir "$tmp/ck_sig"
 run "${resume[@]}"
 if [ $rc -ne 143 ] || [ ! -e "$tmp/ck_sig/checkpoint_5/DONE" ] ||
    ls -d "$tmp"/ck_sig/checkpoint_{6..12} >/dev/null 2>&1 ||
-   ! grep -q "interrupted (SIGTERM) at update 5; the same command resumes (notice: SIGCONT" <<<"$out"; then
+   ! grep -q "interrupted (SIGCONT: mpirun is ending the job) at update 5; the same command resumes" <<<"$out"; then
   fail "SIGTERM to mpirun: exit $rc (want 143)"; echo "$out" | tail -5; ls "$tmp/ck_sig"
 else echo "ok: SIGTERM to mpirun at update 5 -> checkpoint_5, exit 143: $(grep -m1 '^pn run: interrupted' <<<"$out")"; fi
 [ -z "$(left "$tmp/ck_sig")" ] || fail "processes left after SIGTERM to mpirun"
@@ -107,11 +107,19 @@ long=(-- "${small[@]}" --max-update 200 --validate-interval-updates 0 --save-int
       --keep-last 2)
 run "${long[@]}" --save-dir "$tmp/ck_whole"
 [ $rc -eq 0 ] || { fail "uninterrupted long run: exit $rc"; echo "$out" | tail -5; }
-start restart --max-restarts 2 "${long[@]}" --metrics "$tmp/restart.jsonl" --save-dir "$tmp/ck_restart"
+# mpirun's own grace (30 s, twice) would hold the surviving rank a minute: pn run ends the job
+# within seconds of the death instead.
+PN_STOP_GRACE=30 start restart --max-restarts 2 "${long[@]}" --metrics "$tmp/restart.jsonl" \
+  --save-dir "$tmp/ck_restart"
 wait_records "$tmp/restart.jsonl" 50
 rank1=$(pgrep -f -- "^$build/bin/pntrain .*--save-dir $tmp/ck_restart( |\$)" | tail -1)
 killed_at=$(wc -l <"$tmp/restart.jsonl" | tr -d ' ')
 [ -n "$rank1" ] && kill -KILL "$rank1"
+t_kill=$SECONDS
+for _ in $(seq 600); do grep -q "restart 1 of 2" "$tmp/restart.log" && break; sleep 0.1; done
+noticed=$((SECONDS - t_kill))
+[ "$noticed" -le 15 ] && grep -q "^pn run: 1 of 2 ranks ended without the job's end" "$tmp/restart.log" ||
+  fail "a dead rank under pn run was noticed after $noticed s: $(grep '^pn run' "$tmp/restart.log")"
 finished "$tmp/restart.rc"
 same=1
 for f in model.bin rank0.bin rank1.bin; do
@@ -120,7 +128,7 @@ done
 if [ "$(cat "$tmp/restart.rc")" != 0 ] || ! grep -q "^pn run: the job failed (exit .*); restart 1 of 2 from .*checkpoint_" "$tmp/restart.log"; then
   fail "--max-restarts 2 after a SIGKILL: exit $(cat "$tmp/restart.rc")"; grep "^pn run" "$tmp/restart.log"; tail -5 "$tmp/restart.log"
 elif [ $same -ne 1 ]; then fail "the restarted run's checkpoint_200 differs from the uninterrupted run's"
-else echo "ok: rank 1 killed at update ~$killed_at; $(grep -m1 '^pn run: the job failed' "$tmp/restart.log" | sed 's/^pn run: //'); checkpoint_200 equals the uninterrupted run's bit for bit"; fi
+else echo "ok: rank 1 killed at update ~$killed_at, the job restarted $noticed s later; $(grep -m1 '^pn run: the job failed' "$tmp/restart.log" | sed 's/^pn run: //'); checkpoint_200 equals the uninterrupted run's bit for bit"; fi
 [ -z "$(left "$tmp/ck_restart")" ] || fail "processes left after the restarted run"
 
 # 5. Bad input is not retried: one launch, exit 2.

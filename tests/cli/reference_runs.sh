@@ -2,9 +2,10 @@
 # Reference runs that hold the trainer's behaviour byte for byte: a language model and a
 # translation model, each at 2 ranks under mpirun with accumulation (--update-freq 2), a
 # synchronized norm beside rank-local ones, validation and a save. Their metrics lines (minus
-# the wall-clock fields) and the bytes of their last checkpoint (minus the absolute data path in
-# model.bin's header) must equal those in tests/reference/, recorded from the trainer as it was
-# before its files were split. The numbers hold on the CPU they were recorded on (OpenBLAS
+# the wall-clock fields) and the bytes of their last checkpoint (minus the data's path in
+# model.bin's header, which depends on where the clone is) must equal those in tests/reference/,
+# recorded from the trainer as it was before its files were split (and again when checkpoints
+# began to keep their run's flags: the rest of every file unchanged). The numbers hold on the CPU they were recorded on (OpenBLAS
 # picks kernels by CPU): elsewhere the test is skipped, saying so.
 # Usage: reference_runs.sh REPO_ROOT PNTRAIN MPIRUN... ; REFERENCE_RECORD=1 rewrites the files.
 set -u
@@ -46,7 +47,8 @@ for name in sorted(os.listdir(ck)):
     if name.endswith(".bin"):
         (hlen,) = struct.unpack_from("<Q", blob, 8)
         header = json.loads(blob[16:16 + hlen])
-        header.get("config", {}).pop("data", None)
+        for part in ("config", "flags", "options"):  # the data's path: where the clone is
+            header.get(part, {}).pop("data", None)
         blob = blob[:8] + json.dumps(header, sort_keys=True).encode() + blob[16 + hlen:-4]
     print("%s %s" % (hashlib.sha256(blob).hexdigest(), name))
 PY

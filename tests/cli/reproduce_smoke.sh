@@ -86,6 +86,26 @@ grep -q "alpha_fwd 0.9, alpha_bkw 0.9 for both variants, from the config" "$repo
 [ ! -d "$tmp/lg/tune" ] && ! grep -q -- "--pn-alpha-fwd" "$tmp/lg/table/power_s1/cmd.txt" ||
   fail "long: tuned PN's alphas: $(cat "$tmp/lg/table/power_s1/cmd.txt")"
 grep -q "reproduce_long_ptb.ini" "$tmp/lg/table/layer_s1/cmd.txt" || fail "long: not its config"
+# Figure 5 at an epoch preset's budget: BN probed at every m, PN at m = update is the table's own
+# cell (a table run afterwards finds it done); FIGURE5.md has both rows.
+fflags=(--max-update 4 --validate-interval-updates 2 --save-interval-updates 2 --warmup-updates 2
+        --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64)
+out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --figure5 --no-tune \
+      --data builtin --norms batch,power --mini-batches 2048,4096 --out "$tmp/f5" -- "${fflags[@]}" 2>&1)
+rc=$?
+[ $rc -eq 0 ] || fail "figure5: exit $rc: $out"
+grep -q "^| BN | 1 | [0-9.]* ([0-9.]*) | [0-9.]* ([0-9.]*) |" "$tmp/f5/FIGURE5.md" ||
+  fail "figure5: no BN row: $(cat "$tmp/f5/FIGURE5.md")"
+grep -q -- "--max-tokens 2048 --update-freq 2" "$tmp/f5/figure5/batch_m2048_s1/cmd.txt" &&
+  grep -q -- "--probe-norm-stats all" "$tmp/f5/figure5/batch_m4096_s1/cmd.txt" ||
+  fail "figure5: BN cells' commands"
+[ -f "$tmp/f5/table/power_s1/eval.json" ] || fail "figure5: PN at m = 4096 is not the table's cell"
+out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --no-tune --data builtin \
+      --norms power --out "$tmp/f5" -- "${fflags[@]}" 2>&1)
+grep -q "power .*seed 1: done before, skipped" <<<"$out" || fail "figure5: the table ran PN again: $out"
+out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --figure5 --data builtin \
+      --out "$tmp/f5" -- --max-tokens 512 2>&1)
+grep -q "max-tokens is set per Figure 5 cell" <<<"$out" || fail "figure5 with --max-tokens: $out"
 # A run bounded by --max-epoch ends with its last update out of the updates that bound allows.
 out=$("$pntrain" --max-epoch 1 --max-update 100000 --decoder-layers 1 --decoder-embed-dim 32 \
       --decoder-attention-heads 2 --decoder-ffn-embed-dim 64 --max-tokens 512 2>&1)
