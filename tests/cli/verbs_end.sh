@@ -25,8 +25,8 @@ cleanup() {
 trap cleanup EXIT
 tiny=(--decoder-layers 1 --decoder-embed-dim 32 --decoder-attention-heads 2
       --decoder-ffn-embed-dim 64 --max-tokens 256 --tokens-per-sample 32 --threads 1)
-# check NAME SIGNAL WAIT_FOR VERB ARGS...: starts the verb, waits until a process whose command
-# line matches WAIT_FOR runs under it, signals the verb, and checks that everything ended.
+# check NAME SIGNAL WAIT_FOR VERB ARGS...: starts the verb, waits until a process named WAIT_FOR
+# runs under it, signals the verb, and checks that everything ended.
 check() {
   local name="$1" sig="$2" want="$3" mark="$$-$1" pid p found="" i rc
   shift 3
@@ -34,7 +34,7 @@ check() {
   pid=$!
   for i in $(seq 600); do
     for p in $(marked "$mark"); do
-      grep -qa -- "$want" "/proc/$p/cmdline" 2>/dev/null && found=1
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$want" ] && found=1
     done
     [ -n "$found" ] && break
     sleep 0.1
@@ -57,7 +57,7 @@ check() {
     echo "ok: pn $1 ended by SIG$sig (exit $rc), nothing left: $(grep -m1 '^pn' "$tmp/$name.log")"
   fi
 }
-check test TERM "cli_resume_flags" test -R cli_resume_flags
+check test TERM "pntrain" test -R cli_resume_flags
 check run TERM "pntrain" run -- "${tiny[@]}" --max-update 100000 --save-dir "$tmp/ck"
 check reproduce TERM "pntrain" reproduce --data builtin --norms layer --no-ablation \
   --out "$tmp/rp" -- "${tiny[@]}" --max-update 100000 --validate-interval-updates 0
@@ -66,7 +66,8 @@ grep -q "\[1/[0-9]\] layer *seed 1: update [0-9]*/100000 ([0-9]*%), epoch .*, et
 check reproduce_int INT "pntrain" reproduce --data builtin --norms layer --no-ablation \
   --out "$tmp/rp2" -- "${tiny[@]}" --max-update 100000 --validate-interval-updates 0
 check ablate TERM "pntrain" ablate --data builtin --norms layer --mini-batches 256 \
-  --update-tokens 512 --out "$tmp/ab" -- "${tiny[@]}" --max-update 100000 --validate-interval-updates 0
+  --update-tokens 512 --out "$tmp/ab" -- "${tiny[@]:0:8}" --tokens-per-sample 32 --threads 1 \
+  --max-update 100000 --validate-interval-updates 50000
 check bench INT "pnbench" bench --ranks 2 --norms layer --group-sizes world --modes weak \
   --tokens 256 --warmup 1 --measure 100000 --out "$tmp/bench" -- "${tiny[@]:0:8}" --threads 1
 [ $failures -eq 0 ] && echo "verbs end: all passed"
