@@ -17,7 +17,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/device.h"
-#include "launcher/log_format.h"
+#include "launcher/programs/log_format.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/interrupt.h"
