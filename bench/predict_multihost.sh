@@ -2,7 +2,7 @@
 # pnbench --predict across two "hosts": Linux network namespaces joined by a veth pair, one rank
 # each, talking TCP only (the setup of tests/cli/multihost.sh). The all-reduce sweep and the
 # replayed statistics of one update go to OUT/allreduce.csv and OUT/replay.csv, with the fit
-# printed by launcher/predict.py. Needs root and `ip netns`.
+# printed by launcher/analysis/predict.py. Needs root and `ip netns`.
 # Usage: bench/predict_multihost.sh PNBENCH OUT [PNBENCH FLAGS, e.g. --config configs/default.ini]
 set -u
 pnbench="$1"; out="$2"; shift 2

@@ -9,7 +9,7 @@
 #    slowest rank; every other update probes the all-reduce's cost at 8 B to 16 KiB there;
 #  - pnbench --predict sweeps the all-reduce back to back over message sizes and replays one
 #    update's statistics.
-# Then launcher/predict.py fits the sweep, checks each run's transfer against its probes and the
+# Then launcher/analysis/predict.py fits the sweep, checks each run's transfer against its probes and the
 # replays against the sweep, and prints the scale-out table.
 # Usage: bench/sync_check.sh [BUILD_DIR] [OUT_DIR]   (3 and 4 ranks oversubscribe 2 cores)
 set -eu
@@ -41,4 +41,4 @@ for spec in "2 2" "3 3" "4 2" "4 4"; do
       --norm "$norm" --sync-group-size "$2" > "$out/predict_np$1_k$2_$norm.log" 2>&1
   done
 done
-"$py" "$root/launcher/predict.py" --sweep "$out/allreduce.csv" --bench "$out/widths.csv" --out "$out"
+"$py" "$root/launcher/analysis/predict.py" --sweep "$out/allreduce.csv" --bench "$out/widths.csv" --out "$out"

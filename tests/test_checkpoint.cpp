@@ -190,3 +190,140 @@ TEST(Evaluation, PatienceStopsEarlyAndKeepsTheBestCheckpoint) {
 
 }  // namespace
 }  // namespace pn
+
+namespace pn {
+namespace {
+
+// The bytes of a file, and a copy with one byte changed.
+std::vector<char> file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+void write_bytes(const fs::path& p, const std::vector<char>& b) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc).write(b.data(), std::streamsize(b.size()));
+}
+
+TEST(CheckpointFile, EveryDamagedPartIsReportedAsCorruptNamingTheFile) {
+  TempDir d("pn_ckpt_damage");
+  const fs::path path = d.path / "model.bin";
+  CheckpointFile f;
+  f.header = {{"update", 12}, {"config", {{"decoder-embed-dim", 32}}}};
+  f.payload.assign(64, 'x');
+  write_checkpoint_file(path.string(), f);
+  const std::vector<char> good = file_bytes(path);
+  const size_t header_len = f.header.dump().size();
+  // Layout: magic (8), header length (8), header JSON, payload length (8), payload, CRC32 (4).
+  const std::vector<std::pair<std::string, size_t>> parts = {
+      {"magic", 3},
+      {"header length", 8},
+      {"header JSON (unparsable)", 16},
+      {"header JSON (a digit)", 16 + f.header.dump().find("32")},
+      {"payload length", 16 + header_len},
+      {"payload", 24 + header_len + 10},
+      {"CRC32", good.size() - 2}};
+  const std::string named = "checkpoint file '" + path.string() + "' is corrupt";
+  for (const auto& [part, at] : parts) {
+    std::vector<char> bad = good;
+    bad[at] = part == "header JSON (unparsable)" ? '#' : part == "header JSON (a digit)" ? '7'
+                                                                                         : char(bad[at] ^ 0x5a);
+    write_bytes(path, bad);
+    for (int reader = 0; reader < 2; ++reader) {
+      try {
+        if (reader == 0) read_checkpoint_file(path.string());
+        else read_checkpoint_header(path.string());
+        ADD_FAILURE() << part << ": damage not found";
+      } catch (const CorruptCheckpoint& e) {
+        EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << part << ": " << e.what();
+        EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+      }
+    }
+  }
+  write_bytes(path, good);
+  EXPECT_EQ(read_checkpoint_file(path.string()).header, f.header);
+  // The model flags that a resume reads first are verified too.
+  std::vector<char> bad = good;
+  bad[16 + f.header.dump().find("32")] = '6';
+  write_bytes(path, bad);
+  EXPECT_THROW(checkpoint_config(d.path.string()), CorruptCheckpoint);
+}
+
+// Trains 4 updates into dir, saving checkpoint_2 and checkpoint_4.
+Options saved_at_2_and_4(const std::string& dir, Communicator& comm) {
+  Options o = ckpt_options(dir);
+  o.max_update = 4;
+  o.save_interval_updates = 2;
+  o.validate_interval_updates = 2;  // and checkpoint_best
+  Trainer(o, comm, corpus()).train();
+  return o;
+}
+
+TEST(Checkpoint, ResumeFallsBackToTheNewestCheckpointThatVerifies) {
+  FLAGS_minloglevel = 2;
+  auto comm = make_single_communicator();
+  TempDir d("pn_ckpt_fallback");
+  const Options o = saved_at_2_and_4(d.path.string(), *comm);
+  const std::string newest = (d.path / "checkpoint_4").string(),
+                    older = (d.path / "checkpoint_2").string();
+  std::vector<char> model = file_bytes(newest + "/model.bin");
+  model[model.size() / 2] ^= 0x01;
+  write_bytes(newest + "/model.bin", model);
+  const ResumePoint r = checkpoint_to_resume(d.path.string());
+  EXPECT_EQ(r.dir, older);
+  EXPECT_NE(r.warning.find(newest + "/model.bin' is corrupt (CRC32 mismatch)"), std::string::npos)
+      << r.warning;
+  EXPECT_NE(r.warning.find("resuming from " + older), std::string::npos) << r.warning;
+  Trainer resumed(o, *comm, corpus());  // from --save-dir: the older one
+  EXPECT_EQ(resumed.start_update(), 2);
+  Options explicit_restore = o;
+  explicit_restore.restore_file = newest;
+  try {
+    Trainer refused(explicit_restore, *comm, corpus());
+    ADD_FAILURE() << "an explicit --restore-file of a corrupt checkpoint was accepted";
+  } catch (const CorruptCheckpoint& e) {
+    EXPECT_NE(std::string(e.what()).find("model.bin' is corrupt"), std::string::npos) << e.what();
+  }
+  // A damaged rank file fails verification too; with none left, the resume is refused.
+  std::vector<char> rank = file_bytes(older + "/rank0.bin");
+  rank[rank.size() - 1] ^= 0x01;
+  write_bytes(older + "/rank0.bin", rank);
+  try {
+    checkpoint_to_resume(d.path.string());
+    ADD_FAILURE() << "resumed with no checkpoint that verifies";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(newest + "/model.bin' is corrupt"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds no older checkpoint that verifies"),
+              std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, RestoreFileThatDoesNotExistNamesTheCheckpointsBesideIt) {
+  FLAGS_minloglevel = 2;
+  auto comm = make_single_communicator();
+  TempDir d("pn_ckpt_missing");
+  auto message = [](const fs::path& dir) {
+    try {
+      check_checkpoint_dir(dir.string());
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string none = message(d.path / "checkpoint_9");
+  EXPECT_NE(none.find("there is no checkpoint there"), std::string::npos) << none;
+  EXPECT_NE(none.find("holds no checkpoint"), std::string::npos) << none;
+  EXPECT_NE(message(d.path / "nowhere" / "checkpoint_9").find("does not exist either"),
+            std::string::npos);
+  saved_at_2_and_4(d.path.string(), *comm);
+  const std::string held = message(d.path / "checkpoint_9");
+  EXPECT_NE(held.find("--restore-file '" + (d.path / "checkpoint_9").string() +
+                      "': there is no checkpoint there"), std::string::npos) << held;
+  EXPECT_NE(held.find("holds checkpoint_2, checkpoint_4 and checkpoint_best"), std::string::npos)
+      << held;
+  EXPECT_EQ(message(d.path / "checkpoint_4"), "accepted");
+  fs::remove(d.path / "checkpoint_4" / "DONE");
+  EXPECT_NE(message(d.path / "checkpoint_4").find("no DONE marker"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pn

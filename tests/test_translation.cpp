@@ -11,6 +11,7 @@
 
 #include "gradcheck.h"
 #include "model/translation.h"
+#include "temp_dir.h"
 #include "test_translation_fixtures.h"
 #include "trainer/average_checkpoints.h"
 #include "trainer/beam_search.h"
@@ -378,6 +379,47 @@ TEST(TranslationTrainer, ProbesTheEncodersBatchStatistics) {
   EXPECT_NE(line.find("\"0.self\""), std::string::npos) << line;
   EXPECT_NE(line.find("dist_psi2"), std::string::npos) << line;
   fs::remove(metrics);
+}
+
+}  // namespace
+}  // namespace pn
+
+namespace pn {
+namespace {
+
+// --max-epoch ends a translation run after the update that completes the epoch (an epoch is one
+// pass over the update batches); a run resumed there trains no more, and --max-update caps it.
+// tests/reference/mt_epochs.txt holds where 2-rank runs ended before the end of a run was
+// computed in one place.
+TEST(TranslationTrainer, MaxEpochStopsAfterTheUpdateThatCompletesTheEpoch) {
+  FLAGS_minloglevel = 1;
+  const test::TempDir dir("pn_mt_max_epoch");
+  Options o = test::small_mt();
+  o.max_tokens = 256;
+  o.max_update = 1000;
+  o.max_epoch = 1;
+  o.save_dir = dir.path.string();
+  auto comm = make_single_communicator();
+  const int64_t per_epoch = int64_t(length_batches(toy().train, 256).size());
+  ASSERT_GT(per_epoch, 2);
+  const TrainResult one = Trainer(o, *comm, toy()).train();
+  EXPECT_EQ(one.updates, per_epoch);
+  EXPECT_EQ(one.update_limit, per_epoch);
+  o.max_epoch = 2;  // resumes where the first epoch ended
+  Trainer second(o, *comm, toy());
+  EXPECT_EQ(second.start_update(), per_epoch);
+  const TrainResult two = second.train();
+  EXPECT_EQ(two.updates, 2 * per_epoch);
+  EXPECT_EQ(two.update_limit, 2 * per_epoch);
+  EXPECT_EQ(int64_t(two.losses.size()), per_epoch);
+  const TrainResult again = Trainer(o, *comm, toy()).train();  // at the end already
+  EXPECT_TRUE(again.losses.empty());
+  EXPECT_EQ(again.update_limit, 2 * per_epoch);
+  o.max_update = 2 * per_epoch - 1;  // the smaller limit wins
+  o.save_dir = (dir.path / "capped").string();
+  const TrainResult capped = Trainer(o, *comm, toy()).train();
+  EXPECT_EQ(capped.updates, 2 * per_epoch - 1);
+  EXPECT_EQ(capped.update_limit, 2 * per_epoch - 1);
 }
 
 }  // namespace

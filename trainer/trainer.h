@@ -1,5 +1,13 @@
-// The training loop: data -> micro-steps -> one gradient all-reduce -> Adam, with validation,
-// progress lines and a metrics file. Talks to other ranks only through the Communicator.
+// The trainer: one training loop for both tasks, --arch transformer_lm (a Corpus and a
+// LanguageModel) and --arch transformer (a ParallelCorpus and a TranslationModel), which reach it
+// through one ModelTask. Talks to other ranks only through the Communicator. One file per question:
+//   update_loop.cpp     how an update runs: train(), its phases, validation and the run's end
+//   gradient_sync.cpp   the gradient all-reduce in buckets and the cross-rank consistency check
+//   evaluation.cpp      evaluation of a split and beam-search generation with BLEU
+//   save_restore.cpp    writing, restoring and verifying checkpoints (format: checkpoint.h)
+//   reports.cpp         startup summaries, progress lines and the metrics file
+//   faults.cpp          --debug-fault, the faults the failure tests inject
+//   model_task.cpp      what differs between the two tasks
 #pragma once
 #include <fstream>
 #include <functional>
@@ -18,6 +26,8 @@
 #include "trainer/beam_search.h"
 #include "trainer/bleu.h"
 #include "trainer/data.h"
+#include "trainer/faults.h"
+#include "trainer/model_task.h"
 #include "trainer/options.h"
 #include "trainer/translation_data.h"
 
@@ -55,10 +65,6 @@ struct GenerateResult {
   int64_t first = 0;                // index of this rank's first sentence in the split
 };
 
-// One training loop for both tasks: --arch transformer_lm (a Corpus, LanguageModel) and
-// --arch transformer (a ParallelCorpus, TranslationModel). Only the batches and the model's
-// forward/backward differ (Task::micro_step in trainer.cpp); accumulation, the gradient
-// all-reduce, the NaN guard, checkpoints, validation and metrics are shared.
 class Trainer {
  public:
   Trainer(const Options& options, Communicator& comm, Corpus corpus);
@@ -70,15 +76,15 @@ class Trainer {
   // against the split's target lines (both BPE-removed when remove_bpe is set).
   GenerateResult generate(const ParallelSplit& split, const GenerateOptions& g, bool remove_bpe,
                           bool lowercase);
-  LanguageModel<float>& model() { return *model_; }
-  TranslationModel<float>& translation_model() { return *mt_; }
-  bool is_translation() const { return mt_ != nullptr; }
+  LanguageModel<float>& model();
+  TranslationModel<float>& translation_model();
+  bool is_translation() const { return task_->translation_model() != nullptr; }
   int64_t start_update() const { return start_update_; }
   bool restored() const { return restored_; }
-  const Corpus& corpus() const { return corpus_; }
-  const ParallelCorpus& parallel_corpus() const { return parallel_; }
-  ParamStore<float>& params() { return mt_ ? mt_->params : model_->params; }
-  std::vector<Norm<float>*> norms() { return mt_ ? mt_->norms() : model_->norms(); }
+  const Corpus& corpus() const;
+  const ParallelCorpus& parallel_corpus() const;
+  ParamStore<float>& params() { return task_->params(); }
+  std::vector<Norm<float>*> norms() { return task_->norms(); }
   // The communicator of the synchronized norms' statistics: this rank's sync group
   // (--sync-group-size; all ranks by default), the job's own one at one rank.
   Communicator& stats_communicator() { return stats_comm_ ? *stats_comm_ : comm_; }
@@ -87,30 +93,61 @@ class Trainer {
   void with_eval_state(const std::function<void()>& fn);
 
  private:
-  void make_stats_communicator();  // before the model, whose synchronized norms use it
-  void setup();  // what both constructors share, once the model exists
-  void log_model_summary();
-  void log_lm_summary();
-  void log_statistics_batches();  // the startup line of each batch-type norm's statistics batch
-  // Saves checkpoint_<update> (all ranks take part). Returns false and warns once on failure,
-  // removing the half-written directory and leaving the previous checkpoint intact.
+  using MakeTask = std::function<std::unique_ptr<ModelTask>(Communicator* stats_comm)>;
+  Trainer(const Options& options, Communicator& comm, const MakeTask& make_task);
+  void setup();  // once the model exists: initial parameters, probes, the checkpoint to resume
+  void choose_probed_norms();  // --probe-norm-stats
+
+  // save_restore.cpp. save_checkpoint saves checkpoint_<update> (all ranks take part); it
+  // returns false and warns once on failure, removing the half-written directory and leaving
+  // the previous checkpoint intact.
   bool save_checkpoint(int64_t update, const std::string& name = "", int keep = 0,
                        bool final = false);
-  // Rewrites the metrics file to hold only the records up to the restored update.
-  void truncate_metrics();
-  std::string vocab_fingerprint() const;
-  void plan_buckets();
-  void check_consistency(int64_t update);
   void restore_checkpoint(const std::string& dir);
+
+  // reports.cpp
+  void open_metrics();  // truncated to the restored update when resuming
+  void truncate_metrics();
   void write_metrics(const std::string& json_line);
+  void log_model_summary();
+  void log_statistics_batches();  // the startup line of each batch-type norm's statistics batch
+
+  // update_loop.cpp: train()'s phases, in the order of one update.
+  struct Run;          // what one call of train() carries from update to update
+  struct UpdateStats;  // one update's sums and time split
+  Run start_run();
+  int64_t last_allowed_update() const;
+  void forward_backward(int64_t update, UpdateStats* stats);
+  void allreduce_gradients(const Run& run, int64_t update, UpdateStats* stats);
+  void skip_update(Run* run, int64_t update, double loss);  // a non-finite update
+  void optimizer_step(const Run& run, int64_t update, UpdateStats* stats);
+  void record_update(Run* run, int64_t update, const UpdateStats& stats);  // reports.cpp
+  bool validate(Run* run, int64_t update);  // true: --patience stops
+  // The interrupt that stops every rank after this update: any rank's signal, or 0.
+  int agreed_interrupt();
+  bool end_update(Run* run, int64_t update, bool last, bool stop, int signal);
+  void inject_fault(const Fault& fault, int64_t update);  // faults.cpp
+
+  // gradient_sync.cpp. Buckets of the flat gradient buffer, each summed over every rank as soon
+  // as the backward is done with it: MPI on the host, NCCL on a GPU, or staged through the
+  // host (ranks sharing a GPU, the stand-in device).
+  struct Bucket {
+    size_t begin = 0, end = 0;
+    // This update's sum: not started, pending on the host (MPI) or on the device (NCCL), or
+    // done (staged through the host, which blocks).
+    enum class Sum { idle, host, device, done } sum = Sum::idle;
+    Communicator::Request host;
+    Communicator::DeviceRequest device;
+  };
+  void plan_buckets();
+  void start_gradient_allreduce(Bucket& bucket);
+  void finish_gradient_allreduce();  // waits for every range started
+  void check_consistency(int64_t update);
 
   Options opt_;
   Communicator& comm_;
   std::unique_ptr<Communicator> stats_comm_;  // the sync group's; null at one rank
-  Corpus corpus_;
-  ParallelCorpus parallel_;
-  std::unique_ptr<LanguageModel<float>> model_;   // --arch transformer_lm
-  std::unique_ptr<TranslationModel<float>> mt_;   // --arch transformer
+  std::unique_ptr<ModelTask> task_;
   Buf<float> adam_m_, adam_v_;
   // One small block of the device that the host reads once per update: the loss sums
   // {loss, nll, ntokens} of this rank's micro-steps, then {sum g^2, non-finite count} of the
@@ -122,42 +159,13 @@ class Trainer {
   // uninterrupted one would and never replaces checkpoint_best with a worse model.
   double best_valid_ = std::numeric_limits<double>::infinity();
   int validations_without_gain_ = 0;
+  // The validation due at the saved update was left to the resumed run (an interrupt).
+  bool validation_pending_ = false;
   bool restored_ = false;
   std::string last_checkpoint_;  // newest complete checkpoint of this run on disk
-  struct Bucket {
-    size_t begin = 0, end = 0;
-    // This update's sum: not started, pending on the host (MPI) or on the device (NCCL), or
-    // done (staged through the host, which blocks).
-    enum class Sum { idle, host, device, done } sum = Sum::idle;
-    Communicator::Request host;
-    Communicator::DeviceRequest device;
-  };
   std::vector<Bucket> buckets_;
-  // Sums the gradient range [begin, end) over every rank: MPI on the host, NCCL on a GPU, or
-  // staged through the host (ranks sharing a GPU, the stand-in device). Non-blocking where the
-  // communicator allows it; finish_gradient_allreduce waits for every range started.
-  void start_gradient_allreduce(Bucket& bucket);
-  void finish_gradient_allreduce();
-  // train()'s phases (trainer.cpp), in the order of one update.
-  struct Task;         // the task's batches, forward and backward
-  struct Run;          // what one call of train() carries from update to update
-  struct UpdateStats;  // one update's sums and time split
-  void make_task(Task* task);
-  Run start_run();
-  int64_t last_allowed_update(const Task& task) const;
-  void inject_fault(const Run& run, int64_t update);  // --debug-fault
-  void forward_backward(Task& task, int64_t update, UpdateStats* stats);
-  void allreduce_gradients(const Run& run, int64_t update, UpdateStats* stats);
-  void skip_update(Run* run, int64_t update, double loss);  // a non-finite update
-  void optimizer_step(const Run& run, int64_t update, UpdateStats* stats);
-  void record_update(const Task& task, Run* run, int64_t update, const UpdateStats& stats);
-  bool validate_if_due(Run* run, int64_t update, bool last);  // true: --patience stops
-  bool end_update(const Task& task, Run* run, int64_t update, bool last, bool stop);
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<std::pair<std::string, Norm<float>*>> probed_;  // --probe-norm-stats layers
 };
-
-ModelConfig model_config(const Options& o, int vocab);
-TranslationConfig translation_config(const Options& o, int src_vocab, int tgt_vocab);
 
 }  // namespace pn

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Smoke test of the batch-size ablation (launcher/ablate.py): 2 norms x 2 mini-batches, a few
+# Smoke test of the batch-size ablation (launcher/analysis/ablate.py): 2 norms x 2 mini-batches, a few
 # updates on the builtin corpus. The CSV has one row per cell with a finite perplexity and
 # update_freq = update_tokens / mini_batch; a second run skips every cell.
 # Usage: ablate_smoke.sh PNTRAIN
 set -u
 pntrain="$1"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ablate="$here/../../launcher/ablate.py"
+ablate="$here/../../launcher/analysis/ablate.py"
 py=/usr/bin/python3; [ -x "$py" ] || py=python3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failures=0

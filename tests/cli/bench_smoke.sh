@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of the scaling benchmark (launcher/bench.py driving pnbench under mpirun): a tiny
+# Smoke test of the scaling benchmark (launcher/analysis/bench.py driving pnbench under mpirun): a tiny
 # model, a few updates, ranks 1,2, strong and weak. The CSV has every column and one row per
 # (mode, norm, ranks) with the token split of its mode, efficiency 1 at one rank, statistics
 # all-reduce time only for the synchronized norm at 2 ranks; a run beyond the cores is marked
@@ -9,7 +9,7 @@ set -u
 pnbench="$1"
 mpirun="${2:-mpirun}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bench="$here/../../launcher/bench.py"
+bench="$here/../../launcher/analysis/bench.py"
 py=/usr/bin/python3; [ -x "$py" ] || py=python3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failures=0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU bundle's libraries and gpu-check's report, on a machine without a GPU:
-#  - launcher/bundle_libs.sh check accepts pntrain beside the libraries ldd finds (less the C
+#  - launcher/gpu/bundle_libs.sh check accepts pntrain beside the libraries ldd finds (less the C
 #    library and CUDA) and refuses the same folder with one library removed, naming it;
 #  - gpu-check on a bundle whose executable needs a library that is nowhere says so in one line
 #    (the "libraries" step), starts no other step that needs the bundle, and writes report.json;
@@ -11,7 +11,7 @@
 set -euo pipefail
 pntrain="$1"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-libs="$root/launcher/bundle_libs.sh"
+libs="$root/launcher/gpu/bundle_libs.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail=0
@@ -21,7 +21,7 @@ no() { echo "FAIL: $*"; fail=1; }
 stage="$work/stage"
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$pntrain" "$stage/bin/pntrain"
-# shellcheck source=launcher/bundle_libs.sh
+# shellcheck source=launcher/gpu/bundle_libs.sh
 . "$libs"
 ldd "$pntrain" | awk '/=> \//{print $3}' | while read -r lib; do
   bundle_provided_lib "$(basename "$lib")" || cp -L "$lib" "$stage/lib/"
@@ -79,7 +79,7 @@ tar -C "$work/b1" -czf "$work/b1/pn-gpu.tar.gz" bin lib COMMIT
 mkdir "$work/fake"
 printf '#!/bin/sh\necho $$ > "%s/smi.pid"\nexec sleep 60\n' "$work" > "$work/fake/nvidia-smi"
 chmod +x "$work/fake/nvidia-smi"
-PATH="$work/fake:$PATH" "$root/launcher/gpu_check.sh" --bundle "$work/b1" --out "$work/r2" \
+PATH="$work/fake:$PATH" "$root/launcher/gpu/gpu_check.sh" --bundle "$work/b1" --out "$work/r2" \
   > "$work/r2.out" 2>&1 &
 check_pid=$!
 for _ in $(seq 100); do [ -s "$work/smi.pid" ] && break; sleep 0.2; done
@@ -100,7 +100,7 @@ if [ -s "$work/smi.pid" ] && ps -o stat= -p "$(cat "$work/smi.pid")" 2>/dev/null
   kill "$(cat "$work/smi.pid")"
 fi
 rc=0
-"$root/launcher/gpu_check.sh" --bundle "$work/b1" --out "$work/r3" --budget-s 45 > "$work/r3.out" 2>&1 || rc=$?
+"$root/launcher/gpu/gpu_check.sh" --bundle "$work/b1" --out "$work/r3" --budget-s 45 > "$work/r3.out" 2>&1 || rc=$?
 grep -qE '^libraries +pass ' "$work/r3/report.txt" || no "the library check of a complete bundle: $(cat "$work/r3/report.txt")"
 grep -qE '^cuda_tests +skipped .*could end past the 45 s budget' "$work/r3/report.txt" ||
   no "a 90 s step was started within a 45 s budget: $(cat "$work/r3/report.txt")"

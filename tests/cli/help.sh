@@ -37,8 +37,8 @@ for verb in $verbs; do
 done
 check "pn run CONFIG --help" run "$pn" run configs/default.ini --help
 check "pn gpu-bundle DIR --help" gpu-bundle "$pn" gpu-bundle some-dir --help
-check "gpu_check.sh --help" gpu-check "$root/launcher/gpu_check.sh" --help
-check "gpu_bundle.sh --help" gpu-bundle "$root/launcher/gpu_bundle.sh" --help
+check "gpu_check.sh --help" gpu-check "$root/launcher/gpu/gpu_check.sh" --help
+check "gpu_bundle.sh --help" gpu-bundle "$root/launcher/gpu/gpu_bundle.sh" --help
 # After `--` a --help belongs to pntrain: pn must not take it (here the config is missing).
 rc=0
 (cd "$work/cwd" && PATH="$work/fake:$PATH" PN_SKIP_SETUP=1 "$pn" run no-such.ini -- --help) \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of `pn reproduce` (launcher/reproduce.py) on a tiny budget: 5 norms x 2 seeds on the
+# Smoke test of `pn reproduce` (launcher/analysis/reproduce.py) on a tiny budget: 5 norms x 2 seeds on the
 # builtin corpus, a 2-cell ghost ablation. REPORT.md must hold every Table 2 row with a mean
 # over 2 seeds, the Figure 5 table, and (with numpy) the embedding spectra and the PN warmup
 # table; a second run skips every cell. Usage: reproduce_smoke.sh PNTRAIN
@@ -15,7 +15,7 @@ args=(--pntrain "$pntrain" --config "$here/../../configs/ablate_quick.ini" --dat
       --out "$tmp/rp" --
       --max-update 6 --validate-interval-updates 3 --warmup-updates 2 --decoder-layers 1
       --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --threads 1)
-out=$("$py" "$here/../../launcher/reproduce.py" "${args[@]}" 2>&1); rc=$?
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "first run: exit $rc"
 report="$tmp/rp/REPORT.md"
@@ -31,11 +31,11 @@ if [ ! -f "$report" ]; then fail "no REPORT.md"; else
     grep -q "^| 1 | [0-9.e+-]* |" "$report" || fail "no PN warmup row for update 1"
   fi
 fi
-out=$("$py" "$here/../../launcher/reproduce.py" "${args[@]}" 2>&1); rc=$?
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "second run: exit $rc"
 skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 12 ] || fail "second run skipped $skipped of 12 cells (10 table, 2 ablation): $out"
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
   --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "unknown foo" <<<"$out"; } || fail "--norms foo: exit $rc: $out"
 # The medium preset: PN's alpha grid on short runs, cells to early stopping or their last update,
@@ -44,7 +44,7 @@ out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --data buil
 mflags=(--max-update 6 --validate-interval-updates 3 --save-interval-updates 3 --warmup-updates 2
         --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --max-tokens 512)
 margs=(--pntrain "$pntrain" --medium --data builtin --norms layer,power --out "$tmp/md" -- "${mflags[@]}")
-out=$("$py" "$here/../../launcher/reproduce.py" "${margs[@]}" 2>&1); rc=$?
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${margs[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "medium: exit $rc"
 report="$tmp/md/REPORT.md"
@@ -58,7 +58,7 @@ grep -q -- "--pn-alpha-fwd 0.9" "$tmp/md/table/power_s1/cmd.txt" ||
   fail "medium: no curves_medium.png"
 ln_row=$(grep "^| LN | 1 |" "$report")
 rm "$tmp/md/table/layer_s1/trained.json" "$tmp/md/table/layer_s1/eval.json"
-out=$("$py" "$here/../../launcher/reproduce.py" "${margs[@]}" 2>&1); rc=$?
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${margs[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "medium rerun: exit $rc"
 skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 4 ] || fail "medium rerun skipped $skipped of 4 (3 tuning runs, 1 cell): $out"
@@ -66,14 +66,14 @@ grep -q "layer .*seed 1: resuming" <<<"$out" || fail "medium rerun did not resum
 [ "$(grep "^| LN | 1 |" "$report" | cut -d'|' -f1-6)" = "$(cut -d'|' -f1-6 <<<"$ln_row")" ] ||
   fail "medium: resumed LN row differs: $ln_row vs $(grep "^| LN | 1 |" "$report")"
 # A second seed reuses PN's alpha chosen with seed 1: its tuning runs are not run again.
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
       --norms power --seeds 2 --out "$tmp/md" -- "${mflags[@]}" 2>&1)
 grep -q "power .*seed 2: running" <<<"$out" || fail "medium --seeds 2 did not train PN: $out"
 [ "$(grep -c "tune power alpha .*done before, skipped" <<<"$out")" -eq 3 ] ||
   fail "medium --seeds 2 tuned again: $out"
 # The long preset: the medium cells with the config's 30 epochs, patience 10 and PN's alphas
 # from the config (no tuning runs).
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --long --data builtin \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --long --data builtin \
       --norms layer,power --out "$tmp/lg" -- "${mflags[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "long: exit $rc"
@@ -90,7 +90,7 @@ grep -q "reproduce_long_ptb.ini" "$tmp/lg/table/layer_s1/cmd.txt" || fail "long:
 # cell (a table run afterwards finds it done); FIGURE5.md has both rows.
 fflags=(--max-update 4 --validate-interval-updates 2 --save-interval-updates 2 --warmup-updates 2
         --decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64)
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --figure5 --no-tune \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --figure5 --no-tune \
       --data builtin --norms batch,power --mini-batches 2048,4096 --out "$tmp/f5" -- "${fflags[@]}" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || fail "figure5: exit $rc: $out"
@@ -100,10 +100,10 @@ grep -q -- "--max-tokens 2048 --update-freq 2" "$tmp/f5/figure5/batch_m2048_s1/c
   grep -q -- "--probe-norm-stats all" "$tmp/f5/figure5/batch_m4096_s1/cmd.txt" ||
   fail "figure5: BN cells' commands"
 [ -f "$tmp/f5/table/power_s1/eval.json" ] || fail "figure5: PN at m = 4096 is not the table's cell"
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --no-tune --data builtin \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --no-tune --data builtin \
       --norms power --out "$tmp/f5" -- "${fflags[@]}" 2>&1)
 grep -q "power .*seed 1: done before, skipped" <<<"$out" || fail "figure5: the table ran PN again: $out"
-out=$("$py" "$here/../../launcher/reproduce.py" --pntrain "$pntrain" --medium --figure5 --data builtin \
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --figure5 --data builtin \
       --out "$tmp/f5" -- --max-tokens 512 2>&1)
 grep -q "max-tokens is set per Figure 5 cell" <<<"$out" || fail "figure5 with --max-tokens: $out"
 # A run bounded by --max-epoch ends with its last update out of the updates that bound allows.

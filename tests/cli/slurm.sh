@@ -5,7 +5,8 @@
 # plain `mpirun -np 2` run's bit for bit; `srun --mpi=list` is printed and `srun --mpi=pmix -n 2
 # pntrain` (where offered) gives the same losses; the job script's preemption path (USR1 to the
 # batch shell, as --signal=B:USR1@S delivers) saves, exits 143 and the resubmitted job resumes
-# bit for bit. Every daemon started here is ended by its process id.
+# bit for bit; a plain scancel saves and ends the job; a requeue after the notice resumes bit for
+# bit. Every daemon started here is ended by its process id.
 # Needs root (exits 77, skipped, otherwise). Usage: slurm.sh REPO_ROOT BUILD_DIR
 set -u
 root="$1" build="$2"
@@ -157,5 +158,34 @@ elif ! diff <(records "$tmp/straight.jsonl") <(records "$tmp/preempted.jsonl") >
   fail "the preempted and resumed job differs from an uninterrupted run"
   diff <(records "$tmp/straight.jsonl") <(records "$tmp/preempted.jsonl") | head
 else echo "ok: resubmitted, it resumed from ${ck##*/} and its 1500 losses equal an uninterrupted run's bit for bit"; fi
+# 4. A plain scancel (SIGTERM to every process of the job): the ranks save after the current
+#    update and the job ends, leaving no process.
+wait_metrics() { for _ in $(seq 600); do [ -s "$1" ] && [ "$(wc -l <"$1")" -ge 20 ] && break; sleep 0.1; done; }
+wait_gone() { for _ in $(seq "$2"); do squeue -h -j "$1" 2>/dev/null | grep -q . || return 0; sleep 0.2; done; return 1; }
+job=$(sbatch --parsable --output="$tmp/job4.out" --export="$job_env" "$root/launcher/slurm/pntrain.sbatch" \
+        -- "${long[@]}" --metrics "$tmp/cancelled.jsonl" --save-dir "$tmp/ck_cancel")
+wait_metrics "$tmp/cancelled.jsonl"
+scancel "$job"
+wait_gone "$job" 600 || fail "scancel: job $job still listed"
+ck=$(ls -d "$tmp"/ck_cancel/checkpoint_* 2>/dev/null | head -1)
+if [ ! -e "$ck/DONE" ] || [ "${ck##*_}" -ge 1500 ]; then
+  fail "scancel of a running job saved no checkpoint"; tail -5 "$tmp/job4.out"
+elif pgrep -f -- "--save-dir $tmp/ck_cancel" >/dev/null; then
+  fail "processes left after scancel"
+else echo "ok: scancel of a running job -> ${ck##*/} saved, the job ended: $(grep -m1 'interrupted (SIGTERM)' "$tmp/job4.out" | sed 's/^.*\] //')"; fi
+
+# 5. A requeue: the notice (USR1) with PN_REQUEUE=1 saves, the job script requeues the job, and
+#    the requeued job resumes from that checkpoint and equals an uninterrupted run bit for bit.
+job=$(sbatch --parsable --output="$tmp/job5.out" --export="${job_env/PN_REQUEUE=0/PN_REQUEUE=1}" \
+        "$root/launcher/slurm/pntrain.sbatch" -- "${long[@]}" --metrics "$tmp/requeued.jsonl" \
+        --save-dir "$tmp/ck_requeue")
+wait_metrics "$tmp/requeued.jsonl"
+scancel --batch --signal=USR1 "$job"
+wait_gone "$job" 1500 || fail "requeue: job $job still listed after 300 s"
+if ! grep -q "requeueing job $job" "$tmp/job5.out" || ! grep -q "restored .*checkpoint_" "$tmp/job5.out"; then
+  fail "the job was not requeued and resumed"; tail -5 "$tmp/job5.out"
+elif ! diff <(records "$tmp/straight.jsonl") <(records "$tmp/requeued.jsonl") >/dev/null; then
+  fail "the requeued job differs from an uninterrupted run"
+else echo "ok: USR1 with PN_REQUEUE=1 -> requeued, $(grep -m1 'restored' "$tmp/job5.out" | sed 's/^.*\] //'), 1500 losses equal an uninterrupted run's"; fi
 echo "Slurm test: $(( $(date +%s) - t_start )) s including the daemons' start"
 exit $failures

@@ -7,10 +7,10 @@ One command trains every cell, one after the other, and writes OUT/REPORT.md wit
                    validation and test perplexity as mean and spread over seeds, next to the
                    paper's numbers (translation: held-out perplexity and BLEU).
   Figure 5 analog  the metric over statistics mini-batches at a fixed update size
-                   (launcher/ablate.py underneath; ghost statistics for the LM).
+                   (launcher/analysis/ablate.py underneath; ghost statistics for the LM).
   Figures 2-4      batch-vs-running statistic distances and gradient-part norms of BN, PN-V and
                    PN over training (--probe-norm-stats all in the table's first seed;
-                   launcher/plot.py draws them).
+                   launcher/analysis/plot.py draws them).
   Figure 6 analog  singular values of the learned embedding matrix for LN and PN (read from
                    the first seed's checkpoints; numpy's SVD).
   PN's validation  the running psi^2 of every PN layer against the batch psi_B^2 over the
@@ -58,7 +58,7 @@ import time
 from ablate import finished, flag_value, mpirun_prefix, read_ini
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 PRESETS = {
@@ -652,11 +652,11 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     if ablation is None:
         L.append("Not run (--no-ablation).")
     elif not ablation["rows"]:
-        L.append("Not run yet: `launcher/ablate.py` runs after the table's cells (`%s`)." %
+        L.append("Not run yet: `launcher/analysis/ablate.py` runs after the table's cells (`%s`)." %
                  os.path.relpath(ablation["dir"], a.out))
         L.append("")
     else:
-        L.append("`launcher/ablate.py %s` (seed of the config): the metric after the last "
+        L.append("`launcher/analysis/ablate.py %s` (seed of the config): the metric after the last "
                  "update for each norm and statistics mini-batch m at a fixed %s-token update%s." %
                  (" ".join(ablation["args"] + ablation["extra"]), ablation["update_tokens"],
                   " (ghost statistics: one micro-batch, statistics over groups of m tokens)"
@@ -680,7 +680,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     L.append("")
     if figs.get("norm_stats"):
         L.append("`--probe-norm-stats all` in the first seed's cells of BN, PN-V and PN "
-                 "(`launcher/plot.py`): per layer, the distance of the batch statistic to the "
+                 "(`launcher/analysis/plot.py`): per layer, the distance of the batch statistic to the "
                  "running one (||stat_B − stat|| / d) and the RMS norm of the gradient part "
                  "through the statistic (BN: g_mu, g_sigma2; PN-V and PN: g_psi2).")
         L.append("")

@@ -14,7 +14,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/buffer.h"
-#include "launcher/npy.h"
+#include "launcher/programs/npy.h"
 #include "layers/norms/norm.h"
 
 namespace po = boost::program_options;

@@ -1,4 +1,4 @@
-#include "launcher/npy.h"
+#include "launcher/programs/npy.h"
 
 #include <cstring>
 #include <fstream>

@@ -39,7 +39,7 @@ import time
 
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IWSLT = os.path.join(ROOT, "..", "shared", "data", "iwslt14-de-en")
 PRESETS = {
     # (task, name): (config, data directory or None to keep the config's, sentences to

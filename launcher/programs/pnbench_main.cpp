@@ -1,7 +1,7 @@
 // pnbench: one point of a scaling benchmark. Under `mpirun -np R` it trains --warmup + --measure
 // updates of the pntrain model (every pntrain flag applies), reads back rank 0's per-update
 // metrics (tokens_per_s and the `time` split the trainer writes) and appends one CSV row of
-// medians over the measured updates. `launcher/pn bench` (launcher/bench.py) calls it once per
+// medians over the measured updates. `launcher/pn bench` (launcher/analysis/bench.py) calls it once per
 // norm, rank count and mode, then plots the CSV.
 #include <glog/logging.h>
 #include <unistd.h>
@@ -110,14 +110,14 @@ po::options_description describe(BenchOptions& b) {
       "a probe all-reduce timed after the barrier (8 B to 16 KiB, one size per update, "
       "cycling): what an all-reduce costs in the cache state that training leaves. Per size, "
       "seconds per all-reduce are appended to PREDICT_OUT/allreduce_in_training.csv, which "
-      "launcher/predict.py checks the measured updates (those in between) against; language "
+      "launcher/analysis/predict.py checks the measured updates (those in between) against; language "
       "model only")(
       "predict", po::bool_switch(&b.predict),
       "no training: time the all-reduce of this job's sync groups (--sync-group-size; the "
       "statistics' path: blocking, host memory) over message sizes from 8 bytes to the gradient "
       "bucket (--bucket-mb), and one update's statistics all-reduces of the --norm* model "
       "replayed; append them to PREDICT_OUT/allreduce.csv and replay.csv, then run "
-      "launcher/predict.py: the alpha-beta fit per job and group size, its check against the "
+      "launcher/analysis/predict.py: the alpha-beta fit per job and group size, its check against the "
       "replay and against the statistics time of --csv's rows, and the predicted share of an "
       "update at 8 to 1024 GPUs (table and PNG)")(
       "predict-out", po::value(&b.predict_out)->default_value(b.predict_out),
@@ -418,8 +418,8 @@ int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string
                 comm.size(), norm_label(opt).c_str(), K,
                 replay.messages, replay.bytes, 1e3 * replay.seconds);
   }
-  // The fit, the check and the scale-out table: launcher/predict.py (matplotlib for the plot).
-  const fs::path helper = fs::path(PN_SOURCE_DIR) / "launcher" / "predict.py";
+  // The fit, the check and the scale-out table: launcher/analysis/predict.py (matplotlib for the plot).
+  const fs::path helper = fs::path(PN_SOURCE_DIR) / "launcher" / "analysis" / "predict.py";
   if (!fs::exists(helper)) {
     std::printf("pnbench | predict | %s is missing: wrote %s only\n", helper.string().c_str(),
                 path.c_str());
@@ -431,7 +431,7 @@ int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string
   if (!csv.empty()) cmd += " --bench '" + csv + "'";
   std::fflush(stdout);
   const int rc = std::system(cmd.c_str());
-  if (rc != 0) throw std::runtime_error("launcher/predict.py failed (exit " + std::to_string(rc) + ")");
+  if (rc != 0) throw std::runtime_error("launcher/analysis/predict.py failed (exit " + std::to_string(rc) + ")");
   return 0;
 }
 

@@ -17,7 +17,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/device.h"
-#include "launcher/log_format.h"
+#include "launcher/programs/log_format.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/interrupt.h"
@@ -162,18 +162,23 @@ int main(int argc, char** argv) {
     if (!pn::parse_options(argc, argv, &opt, &early_text)) {
       early_exit = true;
     } else {
+      // An explicit --restore-file is taken as given (and refused when it fails verification);
+      // a resume from --save-dir falls back from a newest checkpoint that fails it.
       std::string restore = opt.restore_file;
-      if (restore.empty() && !opt.save_dir.empty() && std::filesystem::is_directory(opt.save_dir))
-        restore = pn::last_checkpoint(opt.save_dir);
       if (!restore.empty()) {
-        if (!std::filesystem::exists(std::filesystem::path(restore) / "DONE"))
-          throw std::invalid_argument("'" + restore + "' is not a complete checkpoint (no DONE "
-                                      "marker): pass another --restore-file");
+        pn::check_checkpoint_dir(restore);
+      } else if (!opt.save_dir.empty() && std::filesystem::is_directory(opt.save_dir)) {
+        const pn::ResumePoint resume = pn::checkpoint_to_resume(opt.save_dir);
+        if (!resume.warning.empty()) opt.notes.push_back(resume.warning);
+        restore = resume.dir;
+      }
+      if (!restore.empty()) {
         const nlohmann::json run = pn::read_checkpoint_header(restore + "/model.bin");
         using Flags = std::map<std::string, std::string>;
         pn::resume_flags(argc, argv, run.value("flags", Flags{}), run.value("options", Flags{}),
                          restore, &opt);
         pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
+        opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
                                     "a --save-dir that holds one");

@@ -5,15 +5,15 @@
 # DIR/pn-gpu.tar.gz holds the CUDA build's executables (sm_80 and sm_90 by default) and every
 # shared library they load that is neither the C library nor part of the CUDA toolkit (which the
 # GPU machine brings), plus MPI's launcher and plug-ins when present, so that a 2-rank run can
-# come along. Measured: 29 MB as .tar.gz (sm_80 and sm_90, with MPI and PTB). Usage: launcher/gpu_bundle.sh BUILD_DIR DIR
+# come along. Measured: 29 MB as .tar.gz (sm_80 and sm_90, with MPI and PTB). Usage: launcher/gpu/gpu_bundle.sh BUILD_DIR DIR
 set -euo pipefail
 case "${1:-}" in
   -h|--help|"") sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; [ -n "${1:-}" ]; exit ;;
 esac
 BUILD="$1"
-[ $# -eq 2 ] || { echo "usage: launcher/gpu_bundle.sh BUILD_DIR DIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: launcher/gpu/gpu_bundle.sh BUILD_DIR DIR" >&2; exit 2; }
 OUT="$2"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$OUT"
@@ -50,11 +50,11 @@ if command -v mpirun >/dev/null; then
 fi
 
 # The bundle must run where only the C library and CUDA are: every NEEDED entry of every ELF
-# file resolves in lib/ or in those two sets (launcher/bundle_libs.sh). An MPI plug-in whose
+# file resolves in lib/ or in those two sets (launcher/gpu/bundle_libs.sh). An MPI plug-in whose
 # library is missing here too is left out (Open MPI skips a plug-in it cannot open); any other
 # gap refuses the bundle, naming the library.
-# shellcheck source=launcher/bundle_libs.sh
-. "$ROOT/launcher/bundle_libs.sh"
+# shellcheck source=launcher/gpu/bundle_libs.sh
+. "$ROOT/launcher/gpu/bundle_libs.sh"
 if ! gaps=$(bundle_check "$STAGE"); then
   while read -r lib _ _ file; do
     file="${file%)}"

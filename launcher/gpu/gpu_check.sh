@@ -41,7 +41,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$BUNDLE" ] && [ -n "$OUT" ] || { echo "usage: pn gpu-check --bundle DIR --out REPORT_DIR" >&2; exit 2; }
 [ -f "$BUNDLE/pn-gpu.tar.gz" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.gz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 B="$(mktemp -d)"
@@ -54,8 +54,8 @@ export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" PN_SOURCE_DIR=
 # this machine keeps them (the toolkit beside nvcc, the driver's folder, Python's nvidia-*
 # packages, where NCCL and cuBLAS may be the only copies), then what was set. Only the bundle's
 # programs get it: nvidia-smi and PyTorch keep this machine's libraries.
-# shellcheck source=launcher/bundle_libs.sh
-. "$ROOT/launcher/bundle_libs.sh"
+# shellcheck source=launcher/gpu/bundle_libs.sh
+. "$ROOT/launcher/gpu/bundle_libs.sh"
 cuda_lib_dirs() {
   local nvcc d
   nvcc=$(command -v nvcc 2>/dev/null) && nvcc=$(readlink -f "$nvcc")
@@ -162,7 +162,7 @@ echo "pn gpu-check of commit $(cat "$B/COMMIT") on $(hostname), $STARTED" | tee 
 [ -n "$PREFERRED" ] && echo "$PREFERRED" | tee -a "$OUT/report.txt"
 # ---- correctness ---------------------------------------------------------------------------
 step versions 20 bash -c 'nvcc --version; nvidia-smi && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv'
-step libraries 20 env LD_LIBRARY_PATH="$BLIB" "$ROOT/launcher/bundle_libs.sh" runtime "$B"
+step libraries 20 env LD_LIBRARY_PATH="$BLIB" "$ROOT/launcher/gpu/bundle_libs.sh" runtime "$B"
 if grep -q '^libraries  *fail' "$OUT/report.txt"; then
   LIBS_GAP="libraries: $(tail -n 1 "$OUT/libraries.log")"
 fi

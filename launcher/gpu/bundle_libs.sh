@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shared libraries of the GPU bundle (launcher/gpu_bundle.sh packs it, gpu_check.sh runs it).
+# The shared libraries of the GPU bundle (launcher/gpu/gpu_bundle.sh packs it, gpu_check.sh runs it).
 #
 # The GPU machine runs another distribution: it brings the C library (a newer one) and CUDA
 # (driver, runtime, cuBLAS, NCCL; in the toolkit's folder or in Python's nvidia-* packages), and

@@ -37,7 +37,7 @@ import sys
 
 from pn_metrics import int_list, split_passthrough
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NORMS = ["layer", "batch", "sync_batch", "power", "power_v", "sync_power_v", "sync_power",
          "rms", "group"]
 # The time split columns of pnbench's CSV, stacked in this order in the PNG.
