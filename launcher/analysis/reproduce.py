@@ -278,21 +278,21 @@ class Runner:
         mini-batches of m tokens by accumulation at a fixed update (--max-tokens m, --update-freq
         update/m), trained as the table's cells. BN is probed (--probe-norm-stats: the Figures
         2-4 distances); the unprobed m = update cell is the table's own cell, reused when done."""
-        cell_dir, probe = self.figure5_dir(key, seed, m)
-        if cell_dir.endswith(os.path.join("table", "%s_s%d" % (key, seed))):
+        cell_dir, probe, table = self.figure5_dir(key, seed, m)
+        if table:
             return self.medium_cell(key, norm, norm_flags, seed, tag)
         overrides = ["--max-tokens", str(m), "--update-freq", str(self.a.update_tokens // m)]
         return self.medium_cell(key, norm, norm_flags, seed, tag, cell_dir, probe, overrides)
 
     def figure5_dir(self, key, seed, m):
         """A Figure 5 cell's directory (the table's for an unprobed m = update when the table's
-        update is that size) and whether it is probed."""
+        update is that size), whether it is probed, and whether it is the table's."""
         probe = key == "batch"
         table_update = int(flag_value(self.extra, "max-tokens", self.ini.get("max-tokens", "0"))) * \
             int(flag_value(self.extra, "update-freq", self.ini.get("update-freq", "1")))
         if m == self.a.update_tokens == table_update and not probe:
-            return os.path.join(self.a.out, "table", "%s_s%d" % (key, seed)), False
-        return os.path.join(self.a.out, "figure5", "%s_m%d_s%d" % (key, m, seed)), probe
+            return os.path.join(self.a.out, "table", "%s_s%d" % (key, seed)), False, True
+        return os.path.join(self.a.out, "figure5", "%s_m%d_s%d" % (key, m, seed)), probe, False
 
     def resumable_run(self, cell_dir, args, tag):
         """Runs pntrain with args into cell_dir unless trained.json says it finished: a cell
