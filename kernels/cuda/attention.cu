@@ -280,7 +280,10 @@ void attention_step(const float* q, int ldq, const float* k, const float* v, int
                     int mask_stride, float* ctx, cudaStream_t s) {
   if (N == 0) return;
   const float scale = 1.0f / std::sqrt(float(d / heads));
-  const size_t smem = size_t(len > 0 ? len : 1) * sizeof(float);
+  // Padded by a 16-byte vector and rounded up to one: ptxas may read the unrolled remainder of
+  // the weighted sum's loop over j a few floats past len (compute-sanitizer memcheck flagged
+  // 12-byte shared reads at w[len - 1] on sm_90).
+  const size_t smem = (size_t(len > 0 ? len : 1) + 3) / 4 * 4 * sizeof(float) + 16;
   // The 48 KiB default covers static and dynamic shared memory together; beyond it the kernel
   // must opt in, up to what the device allows per block minus the kernel's static part.
   cudaFuncAttributes attr{};

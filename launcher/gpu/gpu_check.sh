@@ -13,12 +13,14 @@
 #   versions        [20] nvidia-smi, the driver, nvcc
 #   libraries       [20] every library and symbol of the bundled executables resolves here
 #                   (ldd -r), the first gap in one line; without it no other step starts
-#   cuda_tests      [90] every CUDA kernel and NCCL test with PN_CUDA_REQUIRED=1 (a skip fails)
-#   device_vs_cpu   [90] the training comparisons: LM with every norm, translation,
+#   cuda_tests      [60] every CUDA kernel and NCCL test with PN_CUDA_REQUIRED=1 (a skip fails)
+#   device_vs_cpu   [60] the training comparisons: LM with every norm, translation,
 #                   repeatability, checkpoints between devices (pn_tests' cuda cases)
-#   memcheck        [90] compute-sanitizer --tool memcheck over the kernel tests
+#   memcheck        [60] compute-sanitizer --tool memcheck over the kernel tests
 #   racecheck       [60] compute-sanitizer --tool racecheck over the kernel tests with shared
 #                   memory
+#   memcheck_training [45] compute-sanitizer --tool memcheck over three training comparisons
+#                   (BN and PN LMs, translation with beam search): every kernel of a whole run
 #   nccl_2ranks     [30] 2 ranks on the one GPU through the staged fallback (and training in
 #                   sync groups there against the CPU), when MPI came along
 #   norm_bench      [40] every norm's forward + backward beside a device copy of the same bytes,
@@ -166,14 +168,16 @@ step libraries 20 env LD_LIBRARY_PATH="$BLIB" "$ROOT/launcher/gpu/bundle_libs.sh
 if grep -q '^libraries  *fail' "$OUT/report.txt"; then
   LIBS_GAP="libraries: $(tail -n 1 "$OUT/libraries.log")"
 fi
-step cuda_tests 90 "${bundled[@]}" "$B/bin/pn_cuda_tests" --gtest_output="json:$OUT/cuda_tests.json"
-step device_vs_cpu 90 "${bundled[@]}" "$B/bin/pn_tests" --gtest_filter='*cuda*:Devices.*' \
+step cuda_tests 60 "${bundled[@]}" "$B/bin/pn_cuda_tests" --gtest_output="json:$OUT/cuda_tests.json"
+step device_vs_cpu 60 "${bundled[@]}" "$B/bin/pn_tests" --gtest_filter='*cuda*:Devices.*' \
   --gtest_output="json:$OUT/device_vs_cpu.json"
 SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-step memcheck 90 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
+step memcheck 60 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
   --gtest_filter='CudaKernels.*:CudaNormKernels.*:CudaNormLayers.*'
 step racecheck 60 "${bundled[@]}" "$SAN" --tool racecheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
   --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
+step memcheck_training 45 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_tests" \
+  --gtest_filter='Norms/DeviceLm.TrainsAsTheCpu/cuda_batch:Norms/DeviceLm.TrainsAsTheCpu/cuda_power:Devices/DeviceRuns.TranslationTrainsAsTheCpu/cuda'
 if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
   export OMPI_MCA_mca_base_component_path="$B/mpi/plugins" OPAL_PKGDATADIR="$B/mpi/share"
   step nccl_2ranks 30 "${bundled[@]}" "$B/mpi/bin/mpirun" --allow-run-as-root --oversubscribe --bind-to none \
