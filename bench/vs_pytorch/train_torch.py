@@ -6,9 +6,10 @@
 
 Sizes and optimisation settings come from the pntrain INI config (--config), overridden by
 the flags here. Each update: update_freq micro-steps of max_tokens tokens per rank (samples of
-tokens_per_sample), loss = label-smoothed CE summed over tokens, backward; then one all-reduce
-of the flat gradient (gloo) and of the token count, gradient / tokens, AdamW step (decoupled
-weight decay, as pntrain's adam), inverse_sqrt learning rate. At R > 1 the ranks are processes
+tokens_per_sample), loss = label-smoothed CE summed over tokens, backward (at R > 1 through
+DistributedDataParallel over gloo: bucketed gradient all-reduces overlapped with the backward of
+the last micro-step); then the all-reduce of the token count, gradient / tokens, AdamW step
+(decoupled weight decay, as pntrain's adam), inverse_sqrt learning rate. At R > 1 the ranks are processes
 started by torch.multiprocessing.spawn (MASTER_ADDR=127.0.0.1, a free port).
 
 On a GPU (--device cuda, one rank) the strongest configuration is on offer: --compile
@@ -78,7 +79,8 @@ def parse_args(argv=None):
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (PyTorch 2)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
-                    help="cuda only: tf32 matmuls, or bf16 autocast with fp32 master weights")
+                    help="bf16: autocast with fp32 master weights (CPU or GPU); tf32: GPU "
+                    "matmuls in tf32")
     # overrides of the config (pntrain's flag names)
     for key in DEFAULTS:
         ap.add_argument("--" + key, dest=key.replace("-", "_"), default=None)
@@ -96,8 +98,8 @@ def parse_args(argv=None):
         args.threads = max(1, (os.cpu_count() or 1) // args.ranks)
     if args.device == "cuda" and args.ranks != 1:
         ap.error("--device cuda runs one rank (one GPU)")
-    if args.device == "cpu" and args.precision != "fp32":
-        ap.error("--precision %s needs --device cuda" % args.precision)
+    if args.device == "cpu" and args.precision == "tf32":
+        ap.error("--precision tf32 needs --device cuda")
     if args.compile and not hasattr(torch, "compile"):
         ap.error("--compile needs PyTorch 2 (this is %s)" % torch.__version__)
     return args, cfg
@@ -209,12 +211,12 @@ def run(rank, args, cfg, port, queue):
                           cfg["pn-alpha-fwd"], cfg["pn-alpha-bkw"], pn_warmup).to(dev)
     model.train()
     params = [p for p in model.parameters()]
-    forward = torch.compile(model) if args.compile else model
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if args.precision == "bf16"
+    # Several ranks: DDP (its own broadcast of the initial parameters, as pntrain's, and bucketed
+    # all-reduces overlapped with the backward), which averages the gradients over the ranks.
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if R > 1 else None
+    forward = torch.compile(ddp or model) if args.compile else (ddp or model)
+    autocast = (torch.autocast(args.device, dtype=torch.bfloat16) if args.precision == "bf16"
                 else contextlib.nullcontext())
-    if R > 1:  # identity of the initial parameters across ranks, as pntrain's broadcast
-        for p in params:
-            dist.broadcast(p.data, 0)
     adam = dict(lr=cfg["lr"], betas=(cfg["adam-betas-1"], cfg["adam-betas-2"]),
                 eps=cfg["adam-eps"], weight_decay=cfg["weight-decay"])
     try:  # one fused kernel over every parameter where PyTorch has it (2.x on GPUs)
@@ -240,27 +242,22 @@ def run(rank, args, cfg, port, queue):
             else:
                 seqs = pool[(update * ufreq + micro) % len(pool)]
                 inp, tgt = seqs[:, :-1], seqs[:, 1:]
-            with autocast:
-                logits = forward(inp)
-            loss, nll = label_smoothed_loss(logits.float(), tgt, eps_ls)
-            loss.backward()
+            # DDP all-reduces in the backward of the update's last micro-step only.
+            sync = ddp.no_sync() if ddp and micro < ufreq - 1 else contextlib.nullcontext()
+            with sync:
+                with autocast:
+                    logits = forward(inp)
+                loss, nll = label_smoothed_loss(logits.float(), tgt, eps_ls)
+                loss.backward()
             acc[0] += loss.detach().double()
             acc[1] += nll.double()
             acc[2] += tgt.numel()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         sums = acc.cpu()  # the update's one host read (waits for the forward and backward)
-        if R > 1:  # one all-reduce of the flat gradient per update
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat)
+        if R > 1:  # DDP's gradients are the mean over ranks: the sum over ranks is R times it
             dist.all_reduce(sums)
-            off = 0
-            for p in params:
-                n = p.numel()
-                p.grad = flat[off:off + n].view_as(p)
-                off += n
-            grads = [p.grad for p in params]
         n_all = float(sums[2])
-        torch._foreach_mul_(grads, 1.0 / n_all)
+        torch._foreach_mul_(grads, float(R) / n_all)
         if cfg["clip-norm"] > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg["clip-norm"])
         for group in opt.param_groups:

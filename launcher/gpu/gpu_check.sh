@@ -28,7 +28,7 @@
 #   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
 #                   on the CPU
 #   vs_pytorch      [what is left] the same config against PyTorch on the GPU (eager and
-#                   torch.compile, fp32 and bf16; bench/vs_pytorch/gpu.py)
+#                   torch.compile, fp32 and bf16; bench/vs_pytorch/compare.py)
 set -uo pipefail
 BUNDLE="" OUT="" ONLY="" BUDGET=570
 while [ $# -gt 0 ]; do
@@ -72,7 +72,7 @@ cuda_lib_dirs() {
 PREFERRED=$(bundle_prefer_system "$B")
 BLIB="$B/lib$(cuda_lib_dirs | awk '!seen[$0]++ {printf ":%s", $0}')${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bundled=(env LD_LIBRARY_PATH="$BLIB")
-# gpu.py runs pntrain itself: through this wrapper it gets the bundle's library path.
+# compare.py runs pntrain itself: through this wrapper it gets the bundle's library path.
 printf '#!/bin/sh\nLD_LIBRARY_PATH="%s" exec "%s/bin/pntrain" "$@"\n' "$BLIB" "$B" > "$B/pntrain"
 chmod +x "$B/pntrain"
 
@@ -212,7 +212,7 @@ PY
   if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "no PyTorch with CUDA in python3 here"
   elif [ $left -gt 60 ]; then
-    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/gpu.py" --pntrain "$B/pntrain" \
+    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
       --data "$B/ptb" --norms layer,power,batch --budget-s $((left - 10)) --out "$OUT/vs_pytorch"
     [ -f "$OUT/vs_pytorch.log" ] && tail -n 6 "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
   else
