@@ -3,9 +3,11 @@
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include "kernels/cpu/cpu_features.h"
 #include "temp_dir.h"
 #include "lm_fixtures.h"
 #include "trainer/checkpoint.h"
@@ -56,12 +58,26 @@ TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
   EXPECT_EQ(parse({"--cpu"}).device, "cpu");
   o = parse({"--bf16", "--cpu"});
   EXPECT_EQ(o.precision, "bf16");
-  try {
-    validate_options(o);
-    ADD_FAILURE() << "bf16 on the CPU was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("the CPU path trains in fp32"), std::string::npos);
+  // A CPU without the bf16 instructions is told which flag it lacks, before any work (the mask
+  // makes any CPU one); one that has them hears that the CPU path trains in fp32.
+  for (const bool masked : {true, false}) {
+    if (!masked && !cpu_has("avx512_bf16")) continue;
+    if (masked) setenv("PN_CPU_WITHOUT", "avx2,avx512_bf16", 1);
+    EXPECT_FALSE(masked && cpu_has("avx512_bf16"));
+    try {
+      validate_options(o);
+      ADD_FAILURE() << "bf16 on the CPU was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string why = e.what();
+      EXPECT_NE(why.find(masked ? "needs the AVX512_BF16 instructions" : "the CPU path trains in fp32"),
+                std::string::npos) << why;
+      if (masked) {
+        EXPECT_NE(why.find("no avx512_bf16 among the flags"), std::string::npos) << why;
+      }
+    }
+    unsetenv("PN_CPU_WITHOUT");
   }
+  EXPECT_TRUE(cpu_has("sse2") && cpu_has("fpu"));  // flags are read (x86-64 has both)
   // tf32 and bf16 pass the flag checks where a GPU is asked for.
   EXPECT_NO_THROW(validate_options(parse({"--precision", "tf32", "--device", "cuda"})));
   EXPECT_NO_THROW(validate_options(parse({"--bf16", "--device", "cuda"})));

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/device.h"
 #include "layers/norms/norm.h"
 
@@ -707,6 +708,12 @@ void validate_options(const Options& o) {
   one_of("optimizer", o.optimizer, kOptimizers);
   const bool on_cpu = o.device == "cpu" || o.device == "sim" ||
                       (o.device == "auto" && cuda_device_count() == 0);
+  // bf16 on a CPU needs its bf16 dot-product instructions; without them it would be an
+  // emulation many times slower than fp32, so the flag is named before any work.
+  if (o.precision == "bf16" && on_cpu && !cpu_has("avx512_bf16"))
+    fail("--precision bf16 (or --bf16/--fp16) on the CPU needs the AVX512_BF16 instructions, "
+         "which " + cpu_model_name() + " lacks (no avx512_bf16 among the flags of "
+         "/proc/cpuinfo): train in fp32 (drop the flag) or on a GPU");
   if (o.precision != "fp32" && on_cpu)
     fail("--precision " + o.precision + " (or --bf16/--fp16) needs a GPU: the CPU path trains "
          "in fp32; drop the flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
