@@ -8,9 +8,12 @@
 // Warps of 32 exchange __shfl_xor_sync values through per-warp slots between two barriers.
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,16 +104,25 @@ struct Barrier {
     cv.wait(l, [&] { return generation != g; });
   }
   void retire() {
+    if (use_fibers()) {
+      if (--live > 0 && arrived == live) release_all();
+      return;
+    }
     std::lock_guard<std::mutex> l(m);
     --live;
     if (arrived > 0 && arrived == live) release_all();
   }
 };
 
+// A shuffle is one barrier: lanes write their slot of one of two slot sets, meet, read, and the
+// next shuffle uses the other set. Every running lane takes part in every shuffle (the mask must
+// name them all), so the lanes agree on the set; a lane can write a set again only after the
+// barrier of the shuffle between, which every lane reaches after its read of that set.
 struct Warp {
   Barrier barrier;
   unsigned live_mask = 0;  // lanes that exist and have not exited (under barrier.m)
-  uint64_t slot[32];       // one exchange value per lane
+  uint64_t slot[2][32];    // one exchange value per lane, in two sets used in turn
+  unsigned char set[32];   // the set each lane's next shuffle uses
 };
 
 // The running block: written by the launching thread while no GPU thread runs.
@@ -144,7 +156,9 @@ void run_thread(int id) {
   gridDim = b.grid;
   (*b.body)();
   Warp& wp = b.warps[id / 32];
-  {
+  if (use_fibers()) {
+    wp.live_mask &= ~(1u << (id % 32));
+  } else {
     std::lock_guard<std::mutex> l(wp.barrier.m);
     wp.live_mask &= ~(1u << (id % 32));
   }
@@ -160,6 +174,7 @@ void reset_block(dim3 index) {
     const int lanes = std::min(32, b.threads - w * 32);
     b.warps[w].barrier.reset(lanes);
     b.warps[w].live_mask = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    std::memset(b.warps[w].set, 0, sizeof b.warps[w].set);
   }
 }
 
@@ -170,6 +185,7 @@ struct Fibers {
     void* sp = nullptr;
     char* stack = nullptr;
     bool done = false;
+    dim3 index;  // threadIdx, set at each switch to the fiber
   };
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
@@ -194,12 +210,16 @@ struct Fibers {
       fb.stack = static_cast<char*>(m);
     }
     // The initial frame pn_emu_switch pops: six registers, then entry() as the return address.
-    void** top = reinterpret_cast<void**>(fb.stack + kStack);
+    // The tops of the stacks are staggered by a few cache lines each: at the same offset in
+    // 256 KiB stacks, the hot frames of all fibers would fall into the same cache sets and
+    // evict each other at every switch.
+    void** top = reinterpret_cast<void**>(fb.stack + kStack - (size_t(id) * 1088) % 65536);
     *--top = nullptr;  // entry()'s own return address slot (keeps the ABI's 16-byte alignment)
     *--top = reinterpret_cast<void*>(&entry);
     for (int r = 0; r < 6; ++r) *--top = nullptr;
     fb.sp = top;
     fb.done = false;
+    fb.index = thread_index(id, block().block);
   }
   void run_block(int threads) {
     if (int(fibers.size()) < threads) fibers.resize(threads);
@@ -210,7 +230,7 @@ struct Fibers {
       for (int t = 0; t < threads; ++t) {
         if (fibers[t].done) continue;
         current = t;
-        threadIdx = thread_index(t, block().block);
+        threadIdx = fibers[t].index;
         pn_emu_switch(&scheduler_sp, fibers[t].sp);
         left += !fibers[t].done;
       }
@@ -284,8 +304,40 @@ Pool& pool() {
 
 std::mutex kernel_mu;  // one kernel at a time (they share the block state and their statics)
 
+// PN_EMU_PROFILE=1: at exit, each kernel's launches, blocks, GPU threads and seconds on stderr.
+struct Profile {
+  struct Row {
+    uint64_t launches = 0, blocks = 0, threads = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Row> rows;  // under kernel_mu
+  static Profile* get() {
+    static Profile* p = [] {
+      const char* v = std::getenv("PN_EMU_PROFILE");
+      if (!v || std::string(v) != "1") return static_cast<Profile*>(nullptr);
+      auto* q = new Profile;
+      std::atexit([] { get()->print(); });
+      return q;
+    }();
+    return p;
+  }
+  void print() {
+    std::lock_guard<std::mutex> l(kernel_mu);
+    std::vector<std::pair<std::string, Row>> v(rows.begin(), rows.end());
+    std::sort(v.begin(), v.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "pn CUDA emulation profile: seconds, launches, blocks, threads, kernel\n");
+    for (const auto& [name, r] : v)
+      std::fprintf(stderr, "%9.3f %9llu %11llu %13llu %s\n", r.seconds,
+                   (unsigned long long)r.launches, (unsigned long long)r.blocks,
+                   (unsigned long long)r.threads, name.c_str());
+  }
+};
+
 void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
   std::lock_guard<std::mutex> l(kernel_mu);
+  Profile* const profile = Profile::get();
+  const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   Block& b = block();
   b.threads = int(c.block.x * c.block.y * c.block.z);
   b.body = &body;
@@ -304,6 +356,14 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
         else
           pool().run_block(b.threads);
       }
+  if (profile) {
+    Profile::Row& r = profile->rows[c.kernel];
+    const uint64_t blocks = uint64_t(c.grid.x) * c.grid.y * c.grid.z;
+    r.launches += 1;
+    r.blocks += blocks;
+    r.threads += blocks * b.threads;
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 }
 
 }  // namespace
@@ -313,22 +373,26 @@ void syncthreads() { block().barrier.arrive_and_wait(); }
 uint64_t shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width) {
   const int id = linear_thread(), lane = id % 32;
   Warp& w = block().warps[id / 32];
-  {
+  unsigned live;
+  if (use_fibers()) {
+    live = w.live_mask;
+  } else {
     std::lock_guard<std::mutex> l(w.barrier.m);
-    if (mask != w.live_mask)
-      die("__shfl_xor_sync with mask 0x%08x in block (%u,%u,%u), warp %d, lane %d: the warp's "
-          "running lanes are 0x%08x; a mask must name exactly the lanes that take part (lanes "
-          "0x%08x are left out, 0x%08x have exited or do not exist)",
-          mask, blockIdx.x, blockIdx.y, blockIdx.z, id / 32, lane, w.live_mask,
-          w.live_mask & ~mask, mask & ~w.live_mask);
+    live = w.live_mask;
   }
-  w.slot[lane] = bits;
+  if (mask != live)
+    die("__shfl_xor_sync with mask 0x%08x in block (%u,%u,%u), warp %d, lane %d: the warp's "
+        "running lanes are 0x%08x; a mask must name exactly the lanes that take part (lanes "
+        "0x%08x are left out, 0x%08x have exited or do not exist)",
+        mask, blockIdx.x, blockIdx.y, blockIdx.z, id / 32, lane, live, live & ~mask,
+        mask & ~live);
+  const int set = w.set[lane];
+  w.set[lane] = !set;
+  w.slot[set][lane] = bits;
   w.barrier.arrive_and_wait();
   int src = lane ^ lane_mask;
-  if (src / width != lane / width) src = lane;  // outside the lane's segment: its own value
-  const uint64_t got = w.slot[src];
-  w.barrier.arrive_and_wait();  // no lane overwrites its slot before every lane has read
-  return got;
+  if ((src ^ lane) & -width) src = lane;  // outside the lane's segment (width: a power of 2)
+  return w.slot[set][src];
 }
 
 void* dynamic_shared() { return block().smem.data(); }
