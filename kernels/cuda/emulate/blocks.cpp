@@ -189,14 +189,18 @@ struct Fibers {
   };
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
-  int current = -1;
+  int current = -1, threads = 0;
+  uint64_t pass_start = 0;  // fiber_progress when the current round-robin pass began
 
   static void entry() {  // a fiber's first frame; never returns
     Fibers& f = fibers_();
     run_thread(f.current);
-    f.fibers[f.current].done = true;
+    Fiber& me = f.fibers[f.current];
+    me.done = true;
     ++fiber_progress;
-    pn_emu_switch(&f.fibers[f.current].sp, f.scheduler_sp);
+    const int next = f.next();
+    if (next < 0) pn_emu_switch(&me.sp, f.scheduler_sp);  // the block is done
+    f.switch_to(&me.sp, next);
   }
   static Fibers& fibers_() {
     static Fibers* f = new Fibers;
@@ -221,31 +225,44 @@ struct Fibers {
     fb.done = false;
     fb.index = thread_index(id, block().block);
   }
-  void run_block(int threads) {
-    if (int(fibers.size()) < threads) fibers.resize(threads);
-    for (int t = 0; t < threads; ++t) start(t);
-    for (int left = threads; left > 0;) {
-      const uint64_t before = fiber_progress;
-      left = 0;
-      for (int t = 0; t < threads; ++t) {
-        if (fibers[t].done) continue;
-        current = t;
-        threadIdx = fibers[t].index;
-        pn_emu_switch(&scheduler_sp, fibers[t].sp);
-        left += !fibers[t].done;
+  // The fiber after the current one in round-robin order that has not exited, -1 when none is
+  // left. A pass over the block in which no fiber arrived at a barrier or exited is a deadlock.
+  int next() {
+    for (int t = current + 1;; ++t) {
+      if (t == threads) {
+        t = 0;
+        int left = 0;
+        for (int u = 0; u < threads; ++u) left += !fibers[u].done;
+        if (left == 0) return -1;
+        if (fiber_progress == pass_start)
+          die("block (%u,%u,%u): %d threads wait at a __syncthreads() or __shfl_xor_sync() that "
+              "the other threads of the block or warp never reach",
+              block().index.x, block().index.y, block().index.z, left);
+        pass_start = fiber_progress;
       }
-      if (left > 0 && fiber_progress == before)
-        die("block (%u,%u,%u): %d threads wait at a __syncthreads() or __shfl_xor_sync() that "
-            "the other threads of the block or warp never reach",
-            block().index.x, block().index.y, block().index.z, left);
+      if (!fibers[t].done) return t;
     }
+  }
+  // Saves the running fiber's stack pointer in *from and continues fiber t, without a detour
+  // through the scheduler.
+  void switch_to(void** from, int t) {
+    current = t;
+    threadIdx = fibers[t].index;
+    pn_emu_switch(from, fibers[t].sp);
+  }
+  void run_block(int n) {
+    threads = n;
+    if (int(fibers.size()) < n) fibers.resize(n);
+    for (int t = 0; t < n; ++t) start(t);
+    pass_start = fiber_progress;
+    switch_to(&scheduler_sp, 0);  // back when every fiber has exited
     current = -1;
   }
   void yield() {
-    Fiber& fb = fibers[current];
-    const int me = current;
-    pn_emu_switch(&fb.sp, scheduler_sp);
-    current = me;
+    const int me = current, t = next();
+    if (t == me) return;  // the only fiber left (next() has checked for progress)
+    switch_to(&fibers[me].sp, t);
+    // Whoever switched back here set current and threadIdx.
   }
 };
 void yield_fiber() { Fibers::fibers_().yield(); }
