@@ -8,9 +8,12 @@
 // Warps of 32 exchange __shfl_xor_sync values through per-warp slots between two barriers.
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -101,16 +104,25 @@ struct Barrier {
     cv.wait(l, [&] { return generation != g; });
   }
   void retire() {
+    if (use_fibers()) {
+      if (--live > 0 && arrived == live) release_all();
+      return;
+    }
     std::lock_guard<std::mutex> l(m);
     --live;
     if (arrived > 0 && arrived == live) release_all();
   }
 };
 
+// A shuffle is one barrier: lanes write their slot of one of two slot sets, meet, read, and the
+// next shuffle uses the other set. Every running lane takes part in every shuffle (the mask must
+// name them all), so the lanes agree on the set; a lane can write a set again only after the
+// barrier of the shuffle between, which every lane reaches after its read of that set.
 struct Warp {
   Barrier barrier;
   unsigned live_mask = 0;  // lanes that exist and have not exited (under barrier.m)
-  uint64_t slot[32];       // one exchange value per lane
+  uint64_t slot[2][32];    // one exchange value per lane, in two sets used in turn
+  unsigned char set[32];   // the set each lane's next shuffle uses
 };
 
 // The running block: written by the launching thread while no GPU thread runs.
@@ -144,7 +156,9 @@ void run_thread(int id) {
   gridDim = b.grid;
   (*b.body)();
   Warp& wp = b.warps[id / 32];
-  {
+  if (use_fibers()) {
+    wp.live_mask &= ~(1u << (id % 32));
+  } else {
     std::lock_guard<std::mutex> l(wp.barrier.m);
     wp.live_mask &= ~(1u << (id % 32));
   }
@@ -160,6 +174,7 @@ void reset_block(dim3 index) {
     const int lanes = std::min(32, b.threads - w * 32);
     b.warps[w].barrier.reset(lanes);
     b.warps[w].live_mask = lanes == 32 ? ~0u : (1u << lanes) - 1;
+    std::memset(b.warps[w].set, 0, sizeof b.warps[w].set);
   }
 }
 
@@ -170,17 +185,22 @@ struct Fibers {
     void* sp = nullptr;
     char* stack = nullptr;
     bool done = false;
+    dim3 index;  // threadIdx, set at each switch to the fiber
   };
   std::vector<Fiber> fibers;
   void* scheduler_sp = nullptr;
-  int current = -1;
+  int current = -1, threads = 0;
+  uint64_t pass_start = 0;  // fiber_progress when the current round-robin pass began
 
   static void entry() {  // a fiber's first frame; never returns
     Fibers& f = fibers_();
     run_thread(f.current);
-    f.fibers[f.current].done = true;
+    Fiber& me = f.fibers[f.current];
+    me.done = true;
     ++fiber_progress;
-    pn_emu_switch(&f.fibers[f.current].sp, f.scheduler_sp);
+    const int next = f.next();
+    if (next < 0) pn_emu_switch(&me.sp, f.scheduler_sp);  // the block is done
+    f.switch_to(&me.sp, next);
   }
   static Fibers& fibers_() {
     static Fibers* f = new Fibers;
@@ -194,38 +214,55 @@ struct Fibers {
       fb.stack = static_cast<char*>(m);
     }
     // The initial frame pn_emu_switch pops: six registers, then entry() as the return address.
-    void** top = reinterpret_cast<void**>(fb.stack + kStack);
+    // The tops of the stacks are staggered by a few cache lines each: at the same offset in
+    // 256 KiB stacks, the hot frames of all fibers would fall into the same cache sets and
+    // evict each other at every switch.
+    void** top = reinterpret_cast<void**>(fb.stack + kStack - (size_t(id) * 1088) % 65536);
     *--top = nullptr;  // entry()'s own return address slot (keeps the ABI's 16-byte alignment)
     *--top = reinterpret_cast<void*>(&entry);
     for (int r = 0; r < 6; ++r) *--top = nullptr;
     fb.sp = top;
     fb.done = false;
+    fb.index = thread_index(id, block().block);
   }
-  void run_block(int threads) {
-    if (int(fibers.size()) < threads) fibers.resize(threads);
-    for (int t = 0; t < threads; ++t) start(t);
-    for (int left = threads; left > 0;) {
-      const uint64_t before = fiber_progress;
-      left = 0;
-      for (int t = 0; t < threads; ++t) {
-        if (fibers[t].done) continue;
-        current = t;
-        threadIdx = thread_index(t, block().block);
-        pn_emu_switch(&scheduler_sp, fibers[t].sp);
-        left += !fibers[t].done;
+  // The fiber after the current one in round-robin order that has not exited, -1 when none is
+  // left. A pass over the block in which no fiber arrived at a barrier or exited is a deadlock.
+  int next() {
+    for (int t = current + 1;; ++t) {
+      if (t == threads) {
+        t = 0;
+        int left = 0;
+        for (int u = 0; u < threads; ++u) left += !fibers[u].done;
+        if (left == 0) return -1;
+        if (fiber_progress == pass_start)
+          die("block (%u,%u,%u): %d threads wait at a __syncthreads() or __shfl_xor_sync() that "
+              "the other threads of the block or warp never reach",
+              block().index.x, block().index.y, block().index.z, left);
+        pass_start = fiber_progress;
       }
-      if (left > 0 && fiber_progress == before)
-        die("block (%u,%u,%u): %d threads wait at a __syncthreads() or __shfl_xor_sync() that "
-            "the other threads of the block or warp never reach",
-            block().index.x, block().index.y, block().index.z, left);
+      if (!fibers[t].done) return t;
     }
+  }
+  // Saves the running fiber's stack pointer in *from and continues fiber t, without a detour
+  // through the scheduler.
+  void switch_to(void** from, int t) {
+    current = t;
+    threadIdx = fibers[t].index;
+    pn_emu_switch(from, fibers[t].sp);
+  }
+  void run_block(int n) {
+    threads = n;
+    if (int(fibers.size()) < n) fibers.resize(n);
+    for (int t = 0; t < n; ++t) start(t);
+    pass_start = fiber_progress;
+    switch_to(&scheduler_sp, 0);  // back when every fiber has exited
     current = -1;
   }
   void yield() {
-    Fiber& fb = fibers[current];
-    const int me = current;
-    pn_emu_switch(&fb.sp, scheduler_sp);
-    current = me;
+    const int me = current, t = next();
+    if (t == me) return;  // the only fiber left (next() has checked for progress)
+    switch_to(&fibers[me].sp, t);
+    // Whoever switched back here set current and threadIdx.
   }
 };
 void yield_fiber() { Fibers::fibers_().yield(); }
@@ -284,8 +321,40 @@ Pool& pool() {
 
 std::mutex kernel_mu;  // one kernel at a time (they share the block state and their statics)
 
+// PN_EMU_PROFILE=1: at exit, each kernel's launches, blocks, GPU threads and seconds on stderr.
+struct Profile {
+  struct Row {
+    uint64_t launches = 0, blocks = 0, threads = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Row> rows;  // under kernel_mu
+  static Profile* get() {
+    static Profile* p = [] {
+      const char* v = std::getenv("PN_EMU_PROFILE");
+      if (!v || std::string(v) != "1") return static_cast<Profile*>(nullptr);
+      auto* q = new Profile;
+      std::atexit([] { get()->print(); });
+      return q;
+    }();
+    return p;
+  }
+  void print() {
+    std::lock_guard<std::mutex> l(kernel_mu);
+    std::vector<std::pair<std::string, Row>> v(rows.begin(), rows.end());
+    std::sort(v.begin(), v.end(),
+              [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "pn CUDA emulation profile: seconds, launches, blocks, threads, kernel\n");
+    for (const auto& [name, r] : v)
+      std::fprintf(stderr, "%9.3f %9llu %11llu %13llu %s\n", r.seconds,
+                   (unsigned long long)r.launches, (unsigned long long)r.blocks,
+                   (unsigned long long)r.threads, name.c_str());
+  }
+};
+
 void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
   std::lock_guard<std::mutex> l(kernel_mu);
+  Profile* const profile = Profile::get();
+  const auto start = profile ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   Block& b = block();
   b.threads = int(c.block.x * c.block.y * c.block.z);
   b.body = &body;
@@ -304,6 +373,14 @@ void run_kernel(const LaunchConfig& c, const std::function<void()>& body) {
         else
           pool().run_block(b.threads);
       }
+  if (profile) {
+    Profile::Row& r = profile->rows[c.kernel];
+    const uint64_t blocks = uint64_t(c.grid.x) * c.grid.y * c.grid.z;
+    r.launches += 1;
+    r.blocks += blocks;
+    r.threads += blocks * b.threads;
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
 }
 
 }  // namespace
@@ -313,22 +390,26 @@ void syncthreads() { block().barrier.arrive_and_wait(); }
 uint64_t shfl_xor(unsigned mask, uint64_t bits, int lane_mask, int width) {
   const int id = linear_thread(), lane = id % 32;
   Warp& w = block().warps[id / 32];
-  {
+  unsigned live;
+  if (use_fibers()) {
+    live = w.live_mask;
+  } else {
     std::lock_guard<std::mutex> l(w.barrier.m);
-    if (mask != w.live_mask)
-      die("__shfl_xor_sync with mask 0x%08x in block (%u,%u,%u), warp %d, lane %d: the warp's "
-          "running lanes are 0x%08x; a mask must name exactly the lanes that take part (lanes "
-          "0x%08x are left out, 0x%08x have exited or do not exist)",
-          mask, blockIdx.x, blockIdx.y, blockIdx.z, id / 32, lane, w.live_mask,
-          w.live_mask & ~mask, mask & ~w.live_mask);
+    live = w.live_mask;
   }
-  w.slot[lane] = bits;
+  if (mask != live)
+    die("__shfl_xor_sync with mask 0x%08x in block (%u,%u,%u), warp %d, lane %d: the warp's "
+        "running lanes are 0x%08x; a mask must name exactly the lanes that take part (lanes "
+        "0x%08x are left out, 0x%08x have exited or do not exist)",
+        mask, blockIdx.x, blockIdx.y, blockIdx.z, id / 32, lane, live, live & ~mask,
+        mask & ~live);
+  const int set = w.set[lane];
+  w.set[lane] = !set;
+  w.slot[set][lane] = bits;
   w.barrier.arrive_and_wait();
   int src = lane ^ lane_mask;
-  if (src / width != lane / width) src = lane;  // outside the lane's segment: its own value
-  const uint64_t got = w.slot[src];
-  w.barrier.arrive_and_wait();  // no lane overwrites its slot before every lane has read
-  return got;
+  if ((src ^ lane) & -width) src = lane;  // outside the lane's segment (width: a power of 2)
+  return w.slot[set][src];
 }
 
 void* dynamic_shared() { return block().smem.data(); }
