@@ -46,16 +46,17 @@ class PowerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, beta, module):
         rows = x.shape[0]
-        module.t += 1
+        # t is a tensor and the warmup a select, not a Python branch, so that torch.compile
+        # traces one graph for every iteration instead of recompiling as t counts up.
+        module.t.add_(1)
         sum_x2 = (x * x).sum(0, dtype=torch.float64)
         psi2_b = sum_x2 / rows
         warm = module.t <= module.warmup
-        s2 = (psi2_b if warm else module.running_psi2) + module.eps
-        inv_s = torch.rsqrt(s2)
-        if warm:
-            module.running_psi2 += (psi2_b - module.running_psi2) / module.t
-        else:
-            module.running_psi2.mul_(module.alpha_fwd).add_((1 - module.alpha_fwd) * psi2_b)
+        psi2 = module.running_psi2
+        inv_s = torch.rsqrt(torch.where(warm, psi2_b, psi2) + module.eps)
+        module.running_psi2.copy_(torch.where(warm, psi2 + (psi2_b - psi2) / module.t,
+                                              module.alpha_fwd * psi2 +
+                                              (1 - module.alpha_fwd) * psi2_b))
         inv_s32 = inv_s.to(x.dtype)
         y = torch.addcmul(beta, x, inv_s32 * gamma)
         ctx.save_for_backward(x, gamma, inv_s32)
@@ -89,7 +90,7 @@ class PowerNorm(nn.Module):
         self.eps, self.alpha_fwd, self.alpha_bkw, self.warmup = eps, alpha_fwd, alpha_bkw, warmup
         self.register_buffer("running_psi2", torch.ones(d, dtype=torch.float64))
         self.register_buffer("nu", torch.zeros(d, dtype=torch.float64))
-        self.t = 0
+        self.register_buffer("t", torch.zeros((), dtype=torch.float64))  # training forwards
 
     def forward(self, x):
         shape = x.shape
