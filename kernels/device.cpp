@@ -46,11 +46,12 @@ const char* gemm_math_name(GemmMath m) {
 
 DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)
     : previous_(current_context()) {
-  if (math != GemmMath::fp32 && device != Device::CUDA)  // e.g. --device auto landed on the CPU
+  if (math == GemmMath::tf32 && device != Device::CUDA)  // e.g. --device auto landed on the CPU
     throw std::invalid_argument(std::string("--precision ") + gemm_math_name(math) +
                                 " needs a GPU, and this run computes on the " +
                                 device_name(device) + ": drop the flag");
   ctx_.device = device;
+  ctx_.gemm_math = math;
   if (device == Device::CUDA) {
 #ifdef PN_HAVE_CUDA
     const int n = cuda::device_count();
@@ -58,7 +59,6 @@ DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)
       throw std::runtime_error("--device cuda: no GPU is visible (" + cuda_unavailable_reason() +
                                ")");
     ctx_.cuda_device = cuda_index % n;
-    ctx_.gemm_math = math;
     CUDA_CHECK(cudaSetDevice(ctx_.cuda_device));
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -300,10 +300,15 @@ std::string cuda_unavailable_reason() {
 
 std::string device_summary() {
   const Context& c = current_context();
+  const std::string bf16_off_gpu =
+      c.gemm_math == GemmMath::bf16
+          ? ", GEMMs in bf16 (operands rounded to bf16, products summed in fp32 instructions: "
+            "bf16's numerics at fp32's speed)"
+          : "";
   if (c.device == Device::CPU)
     return "cpu (" + std::to_string(num_threads()) + " threads of " +
-           std::to_string(hardware_cores()) + " cores)";
-  if (c.device == Device::Sim) return "sim (the CPU stand-in for a GPU)";
+           std::to_string(hardware_cores()) + " cores)" + bf16_off_gpu;
+  if (c.device == Device::Sim) return "sim (the CPU stand-in for a GPU)" + bf16_off_gpu;
 #ifdef PN_HAVE_CUDA
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, c.cuda_device));

@@ -17,10 +17,10 @@ namespace pn {
 
 enum class Device { CPU, CUDA, Sim };
 
-// The arithmetic of the float GEMMs on a GPU (--precision). Storage, accumulation, master
-// weights, Adam and every norm statistic stay fp32 (or double) in all three: tf32 and bf16 only
-// round the GEMM operands for the tensor cores (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and
-// CUBLAS_COMPUTE_32F_FAST_16BF).
+// The arithmetic of the float GEMMs (--precision). Storage, accumulation, master weights, Adam
+// and every norm statistic stay fp32 (or double) in all three: tf32 and bf16 only round the
+// GEMM operands, for a GPU's tensor cores (cuBLAS's CUBLAS_COMPUTE_32F_FAST_TF32 and
+// CUBLAS_COMPUTE_32F_FAST_16BF) or, bf16 only, on the CPU (kernels/cpu/blas.cpp) the same way.
 enum class GemmMath { fp32, tf32, bf16 };
 GemmMath parse_gemm_math(const std::string& precision);  // "fp32", "tf32", "bf16"
 const char* gemm_math_name(GemmMath m);
@@ -30,7 +30,7 @@ struct Context {
   int cuda_device = -1;    // CUDA: the GPU's index
   void* stream = nullptr;  // CUDA: cudaStream_t the kernels are queued on
   void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
-  GemmMath gemm_math = GemmMath::fp32;  // CUDA: what the float GEMMs compute in
+  GemmMath gemm_math = GemmMath::fp32;  // what the float GEMMs compute in
 };
 
 // This thread's current context.
@@ -39,8 +39,7 @@ inline Device current_device() { return current_context().device; }
 
 // Makes a context of `device` current for its lifetime (and owns its CUDA stream and cuBLAS
 // handle); the previous context is current again afterwards. cuda_index: the GPU (a rank takes
-// its node-local rank modulo the GPUs visible). A GEMM precision other than fp32 is refused off
-// a GPU (std::invalid_argument).
+// its node-local rank modulo the GPUs visible). tf32 is refused off a GPU (std::invalid_argument).
 class DeviceScope {
  public:
   explicit DeviceScope(Device device, int cuda_index = 0, GemmMath math = GemmMath::fp32);

@@ -88,6 +88,13 @@ std::array<double, N> fetch_sums(F accumulate) {
 template <class T>
 void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
           T beta, T* C, int ldc) {
+  // bf16 off a GPU: the context's precision picks the CPU kernel when the call is made (the
+  // stand-in runs it later, on its own thread); a GPU's cuBLAS handle carries it instead.
+  if constexpr (std::is_same_v<T, float>) {
+    if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA)
+      return run<T>("gemm", cpu::gemm_bf16_operands, PN_CUDA(), ta, tb, M, N, K, alpha, A, lda,
+                    B, ldb, beta, C, ldc);
+  }
   PN_RUN(T, gemm, cuda::gemm(blas(s), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), ta,
          tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

@@ -347,18 +347,20 @@ TEST(Devices, CudaBf16AndTf32TrackFp32) {
   }
 }
 
-TEST(Devices, TensorCorePrecisionsNeedAGpu) {
-  for (Device d : {Device::CPU, Device::Sim})
-    for (GemmMath m : {GemmMath::tf32, GemmMath::bf16}) {
-      try {
-        DeviceScope scope(d, 0, m);
-        ADD_FAILURE() << gemm_math_name(m) << " accepted on the " << device_name(d);
-      } catch (const std::invalid_argument& e) {
-        EXPECT_NE(std::string(e.what()).find("needs a GPU"), std::string::npos) << e.what();
-      }
+TEST(Devices, Tf32NeedsAGpuAndBf16RunsEverywhere) {
+  for (Device d : {Device::CPU, Device::Sim}) {
+    try {
+      DeviceScope scope(d, 0, GemmMath::tf32);
+      ADD_FAILURE() << "tf32 accepted on the " << device_name(d);
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("needs a GPU"), std::string::npos) << e.what();
     }
-  EXPECT_NO_THROW(DeviceScope(Device::Sim, 0, GemmMath::fp32));
-  EXPECT_EQ(current_device(), Device::CPU);  // a refused scope leaves the context alone
+    EXPECT_EQ(current_device(), Device::CPU);  // a refused scope leaves the context alone
+    DeviceScope scope(d, 0, GemmMath::bf16);
+    EXPECT_EQ(current_context().gemm_math, GemmMath::bf16);
+    EXPECT_NE(device_summary().find("GEMMs in bf16"), std::string::npos) << device_summary();
+  }
+  EXPECT_EQ(current_context().gemm_math, GemmMath::fp32);
 }
 
 TEST(Devices, CudaWithoutAGpuSaysWhy) {

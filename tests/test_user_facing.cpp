@@ -59,23 +59,29 @@ TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
   o = parse({"--bf16", "--cpu"});
   EXPECT_EQ(o.precision, "bf16");
   // A CPU without the bf16 instructions is told which flag it lacks, before any work (the mask
-  // makes any CPU one); one that has them hears that the CPU path trains in fp32.
-  for (const bool masked : {true, false}) {
-    if (!masked && !cpu_has("avx512_bf16")) continue;
-    if (masked) setenv("PN_CPU_WITHOUT", "avx2,avx512_bf16", 1);
-    EXPECT_FALSE(masked && cpu_has("avx512_bf16"));
-    try {
-      validate_options(o);
-      ADD_FAILURE() << "bf16 on the CPU was accepted";
-    } catch (const std::invalid_argument& e) {
-      const std::string why = e.what();
-      EXPECT_NE(why.find(masked ? "needs the AVX512_BF16 instructions" : "the CPU path trains in fp32"),
-                std::string::npos) << why;
-      if (masked) {
-        EXPECT_NE(why.find("no avx512_bf16 among the flags"), std::string::npos) << why;
-      }
-    }
-    unsetenv("PN_CPU_WITHOUT");
+  // makes any CPU one), and how to run bf16's numerics anyway; PN_BF16_EMULATE=1 is that way.
+  setenv("PN_CPU_WITHOUT", "avx2,avx512_bf16", 1);
+  EXPECT_FALSE(cpu_has("avx512_bf16"));
+  try {
+    validate_options(o);
+    ADD_FAILURE() << "bf16 on a CPU without AVX512_BF16 was accepted";
+  } catch (const std::invalid_argument& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("needs the AVX512_BF16 instructions"), std::string::npos) << why;
+    EXPECT_NE(why.find("no avx512_bf16 among the flags"), std::string::npos) << why;
+    EXPECT_NE(why.find("PN_BF16_EMULATE=1"), std::string::npos) << why;
+  }
+  setenv("PN_BF16_EMULATE", "1", 1);
+  EXPECT_NO_THROW(validate_options(o));
+  unsetenv("PN_BF16_EMULATE");
+  unsetenv("PN_CPU_WITHOUT");
+  if (cpu_has("avx512_bf16")) EXPECT_NO_THROW(validate_options(o));
+  // tf32 is a tensor-core format: the CPU has none.
+  try {
+    validate_options(parse({"--precision", "tf32", "--cpu"}));
+    ADD_FAILURE() << "tf32 on the CPU was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tf32 needs a GPU"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(cpu_has("sse2") && cpu_has("fpu"));  // flags are read (x86-64 has both)
   // tf32 and bf16 pass the flag checks where a GPU is asked for.

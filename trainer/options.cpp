@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <charconv>
 #include <deque>
@@ -356,12 +357,12 @@ po::options_description describe(Options& o) {
                                         kDevices))
     ("cpu", po::bool_switch(), "compute on the CPU (--device cpu)")
     ("precision", dflt(&o.precision),
-     choices("arithmetic of the GEMMs on a GPU: tf32 and bf16 round their operands for the "
-                 "tensor cores; storage, accumulation, weights, Adam and norm statistics stay "
-                 "fp32; the CPU path trains in fp32",
+     choices("arithmetic of the GEMMs: tf32 (GPU) and bf16 round their operands to 10 and 7 "
+                 "bits of mantissa; storage, accumulation, weights, Adam and norm statistics "
+                 "stay fp32; bf16 on a CPU needs AVX512_BF16 (or PN_BF16_EMULATE=1)",
                  kPrecisions))
-    ("bf16", po::bool_switch(), "--precision bf16 (GPU only)")
-    ("fp16", po::bool_switch(), "--precision bf16 (GPU only; bf16 needs no loss scaling)")
+    ("bf16", po::bool_switch(), "--precision bf16")
+    ("fp16", po::bool_switch(), "--precision bf16 (bf16 needs no loss scaling)")
     ("log-format", dflt(&o.log_format),
      choices("progress lines: plain text, JSON objects, or with glog's prefix", kLogFormats))
     ("min-lr", dflt(&o.min_lr), "cosine: the lowest learning rate of a period")
@@ -673,6 +674,11 @@ void resume_flags(int argc, char** argv, const std::map<std::string, std::string
   }
 }
 
+bool bf16_emulation_asked() {
+  const char* v = std::getenv("PN_BF16_EMULATE");
+  return v && std::string(v) == "1";
+}
+
 void validate_options(const Options& o) {
   auto fail = [](const std::string& m) { throw std::invalid_argument(m); };
   if (o.tokens_per_sample < 2) fail("--tokens-per-sample must be at least 2");
@@ -708,15 +714,17 @@ void validate_options(const Options& o) {
   one_of("optimizer", o.optimizer, kOptimizers);
   const bool on_cpu = o.device == "cpu" || o.device == "sim" ||
                       (o.device == "auto" && cuda_device_count() == 0);
-  // bf16 on a CPU needs its bf16 dot-product instructions; without them it would be an
-  // emulation many times slower than fp32, so the flag is named before any work.
-  if (o.precision == "bf16" && on_cpu && !cpu_has("avx512_bf16"))
+  // bf16 on a CPU rounds the GEMM operands as a bf16 unit reads them and multiplies them with
+  // fp32 instructions: bf16's numerics, not its speed. Without AVX512_BF16 no faster path could
+  // exist, so the flag is named before any work, unless PN_BF16_EMULATE=1 asks for the numerics.
+  if (o.precision == "bf16" && on_cpu && !cpu_has("avx512_bf16") && !bf16_emulation_asked())
     fail("--precision bf16 (or --bf16/--fp16) on the CPU needs the AVX512_BF16 instructions, "
          "which " + cpu_model_name() + " lacks (no avx512_bf16 among the flags of "
-         "/proc/cpuinfo): train in fp32 (drop the flag) or on a GPU");
-  if (o.precision != "fp32" && on_cpu)
-    fail("--precision " + o.precision + " (or --bf16/--fp16) needs a GPU: the CPU path trains "
-         "in fp32; drop the flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
+         "/proc/cpuinfo): train in fp32 (drop the flag) or on a GPU; PN_BF16_EMULATE=1 runs "
+         "bf16's numerics at fp32's speed");
+  if (o.precision == "tf32" && on_cpu)
+    fail("--precision tf32 needs a GPU's tensor cores: the CPU path has fp32 and bf16; drop the "
+         "flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
   if (o.lr_scheduler == "cosine") {
     if (o.min_lr > o.lr) fail("--min-lr must not exceed --lr (the peak) for cosine");
     if (o.t_mult <= 0) fail("--t-mult must be positive");

@@ -133,6 +133,8 @@ void resume_flags(int argc, char** argv, const std::map<std::string, std::string
                   const std::string& checkpoint, Options* o);
 // Checks values against each other (after parsing), throwing std::invalid_argument.
 void validate_options(const Options& o);
+// PN_BF16_EMULATE=1: bf16 on a CPU without AVX512_BF16, for its numerics (tests, checks).
+bool bf16_emulation_asked();
 // The version string of --version.
 std::string version_string();
 // The model and task flags a checkpoint stores (flag name -> value as JSON text), so that

@@ -7,4 +7,11 @@
 
 namespace pn::k::cpu {
 #include "kernels/ops.inc"
+
+// gemm with --precision bf16 off a GPU: op(A) and op(B) rounded to bf16 (nearest even), their
+// products summed in fp32, as a bf16 dot-product unit and cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF
+// compute; C and alpha, beta stay fp32.
+void gemm_bf16_operands(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                        const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                        int ldc);
 }  // namespace pn::k::cpu

@@ -10,6 +10,7 @@
 
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
+#include "kernels/cpu/float_rounding.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -17,17 +18,7 @@ struct cublasContext {
 
 namespace {
 
-// Round-to-nearest-even of a float to `keep` bits of mantissa (NaN and Inf kept).
-float round_mantissa(float f, int keep) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return f;
-  const int drop = 23 - keep;
-  u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
-  u &= ~((1u << drop) - 1);
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+using pn::round_mantissa;
 
 // The rows x cols column-major operand at p (leading dimension ld) as packed floats.
 std::vector<float> load(const void* p, cudaDataType_t type, int rows, int cols, int ld,

@@ -1,0 +1,23 @@
+// Rounding a float to fewer bits of mantissa, as the tensor-core and bf16 GEMMs read their
+// operands: the CPU's bf16 GEMM and the cuBLAS emulation share it, so both mean the same.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace pn {
+
+// Round-to-nearest-even of f to `keep` bits of mantissa (bf16: 7, tf32: 10); Inf and NaN kept.
+inline float round_mantissa(float f, int keep) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f;
+  const int drop = 23 - keep;
+  u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
+  u &= ~((1u << drop) - 1);
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float round_to_bf16(float f) { return round_mantissa(f, 7); }
+
+}  // namespace pn
