@@ -43,8 +43,14 @@ class Watchdog {
   }
   void run() {
     std::unique_lock<std::mutex> lock(mu_);
+    double woke = now();
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(200));
+      // A wait of 200 ms that took seconds: the process was stopped (SIGSTOP, a suspended job);
+      // time spent stopped is no rank's lack of progress.
+      const double before = woke;
+      woke = now();
+      if (woke - before > 1.0) last_.store(last_.load() + (woke - before));
       if (comm_.in_collective) last_.store(now());  // waiting for peers is not being stuck
       const std::string device_error = stop_ ? "" : comm_.device_error();
       if (!device_error.empty())

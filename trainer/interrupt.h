@@ -8,7 +8,9 @@
 //   SIGCONT  that does not resume a stop: what Open MPI's mpirun sends its ranks at once when it
 //            is itself terminated (its SIGTERM follows odls_base_sigkill_timeout seconds later,
 //            SIGKILL as long again), so a SIGTERM to mpirun saves within one update.
-// A Ctrl-Z (SIGTSTP) stops the process as usual and the SIGCONT that resumes it is no notice.
+// A Ctrl-Z (SIGTSTP) or a SIGSTOP (kill -STOP, a suspended Slurm job) stops the process as
+// usual, and the SIGCONT that resumes it is no notice (a stop of under a second is not told
+// from mpirun's notice).
 // A second SIGINT ends the process at once without saving; a later SIGTERM does not (a
 // launcher's SIGTERM after its notice must not end the save it asked for).
 #pragma once

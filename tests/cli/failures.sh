@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Failure handling under mpirun -np 2: a rank that dies or hangs ends the job with a
 # message naming it and leaves no process behind; NaN updates are skipped, then fatal; ranks
-# whose parameters diverge are caught; a checkpoint from another model shape is refused.
+# whose parameters diverge are caught; a checkpoint from another model shape is refused; a job
+# stopped and continued (SIGSTOP, SIGCONT) goes on.
 # Usage: failures.sh PNTRAIN MPIRUN...
 set -u
 pntrain="$1"; shift
@@ -77,4 +78,17 @@ printf 'garbage' | dd of="$tmp/ckpt/checkpoint_2/rank1.bin" bs=1 seek=40 conv=no
 run 120 --max-update 4 --save-dir "$tmp/ckpt"
 if [ $rc -eq 0 ] || ! grep -q "rank1.bin' is corrupt" <<<"$out"; then fail "corrupt checkpoint: exit $rc"; echo "$out" | tail -5
 else echo "ok: corrupt checkpoint -> $(grep -m1 'is corrupt' <<<"$out" | sed 's/^.*error[^:]*: //')"; fi
+
+# 7. A job stopped with SIGSTOP and resumed with SIGCONT (kill -STOP, a suspended Slurm job) goes
+#    on to its end: the SIGCONT is not mpirun's notice, the stopped time is not a hang (the stop
+#    outlasts --comm-timeout).
+( timeout 120 "${mpirun[@]}" -np 2 "$pntrain" "${small[@]}" --max-update 400 --comm-timeout 3 \
+    --seed 71 > "$tmp/stop.log" 2>&1; echo "rc=$?" >> "$tmp/stop.log" ) &
+for _ in $(seq 50); do grep -q "^update 20/" "$tmp/stop.log" 2>/dev/null && break; sleep 0.2; done
+ranks=$(pgrep -f "^$pntrain .*--seed 71" | tr '\n' ' ')
+[ -n "$ranks" ] && kill -STOP $ranks; sleep 5; [ -n "$ranks" ] && kill -CONT $ranks
+wait
+if ! grep -q "^rc=0" "$tmp/stop.log" || ! grep -q "^done | 400/400" "$tmp/stop.log"; then
+  fail "SIGSTOP and SIGCONT of ranks [$ranks] ended the job"; tail -5 "$tmp/stop.log"
+else echo "ok: ranks $ranks stopped for 5 s (--comm-timeout 3) and continued: $(grep '^done' "$tmp/stop.log")"; fi
 exit $failures
