@@ -2,9 +2,10 @@
 """pntrain against its PyTorch twin, side by side in one command, on the CPU or one GPU.
 
     bench/vs_pytorch/compare.py --pntrain build/bin/pntrain [--device cpu|cuda]
-        [--configs configs/ptb_small.ini,...] [--data ../shared/data/ptb] [--norms layer,power]
-        [--ranks 1,2] [--torch eager,compile] [--precisions fp32,bf16] [--repeats 3]
-        [--updates 20] [--warmup 5] [--python PY] [--budget-s 0] [--out DIR]
+        [--configs configs/ptb_small.ini,configs/iwslt_small.ini,...] [--data ../shared/data/ptb]
+        [--norms layer,power] [--ranks 1,2] [--torch eager,compile] [--precisions fp32,bf16]
+        [--repeats 3] [--updates 20] [--warmup 5] [--python PY] [--budget-s 0] [--check]
+        [--out DIR]
 
 For each config, norm and rank count (CPU: ranks x cores/ranks threads; GPU: one rank): pntrain
 (fp32, the precision it trains in on both devices), then the PyTorch twin (train_torch.py: the
@@ -18,10 +19,22 @@ over the GPU's dense bf16 peak). Writes DIR/compare.json and DIR/table.md. --pyt
 interpreter with the PyTorch to compare with (bench/vs_pytorch/cpu.sh makes one with PyPI's);
 --budget-s stops starting runs that would not finish in time (0: no limit), and the runs left
 out are named in the table, so that it is never silently short.
+
+A translation config (arch = transformer, e.g. configs/iwslt_small.ini) compares pntrain's
+encoder-decoder with TransformerMT on the config's corpus (its data key, else --data), with
+pntrain's batches; tokens are target tokens on both sides. Its per-site norms are the config's,
+so it makes one row per rank count whatever --norms says, its norm column reading e.g.
+"config (enc power, dec layer)". Under the table, each row's parameter counts and first-update
+losses (different random inits: near, not equal). --check adds, for each translation config, the
+twin started from pntrain's own initial parameters (pntrain: one update at lr 1e-30, saved and
+exported with pnexport; the twin: --init): the losses of --check-updates updates (dropout 0,
+warmup-updates 2 on both sides, so that the steps are full-sized and PN leaves its warmup) at
+every rank count, which agree to float rounding when the twin is the same model.
 """
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,8 +42,58 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from train_torch import read_ini  # noqa: E402
+
+NORM_SITES = ("encoder-norm-self", "encoder-norm-ff", "encoder-norm-final", "decoder-norm-self",
+              "decoder-norm-cross", "decoder-norm-ff", "decoder-norm-final")
+
+
+def read_ini(path):
+    """train_torch.read_ini, here so that this script runs under any Python 3 (no torch)."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].strip()
+            if line and not line.startswith("[") and "=" in line:
+                k, v = line.split("=", 1)
+                out[k.strip()] = v.strip()
+    return out
+
+
+def translation_norms(cfg):
+    """The table's norm cell of a translation config: its per-site kinds (a site it leaves out
+    takes its norm key, else layer, as pntrain's), e.g. 'config (enc power, dec layer)'."""
+    fallback = cfg.get("norm", "layer")
+    kinds = {site: cfg.get(site, fallback) for site in NORM_SITES}
+    sides = ["%s %s" % (tag, "/".join(sorted({k for s, k in kinds.items() if s.startswith(side)})))
+             for side, tag in (("encoder", "enc"), ("decoder", "dec"))]
+    return "config (%s)" % ", ".join(sides)
+
+
+def config_data(cfg, default):
+    """A translation config's corpus: its data key (relative to the current directory, else to
+    the repository root, as pntrain run from there reads it), else the --data directory."""
+    d = cfg.get("data")
+    if d is None:
+        return default
+    return d if os.path.isabs(d) or os.path.isdir(d) else os.path.normpath(os.path.join(ROOT, d))
+
+
+def first_number(text):
+    """The leading integer of a log fragment such as '9779 / 9779 (joint)'."""
+    digits = ""
+    for c in text.strip():
+        if not c.isdigit():
+            break
+        digits += c
+    return digits or None
+
+
+def metrics_losses(path):
+    """pntrain's per-update training losses from its metrics JSONL."""
+    if not os.path.exists(path):
+        return []
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    return [r["loss"] for r in rows if "loss" in r and "update" in r]
 
 # Dense bf16 tensor-core peak (FLOP/s) of the GPUs this is run on (SXM parts).
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -82,6 +145,10 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="the interpreter with PyTorch")
     ap.add_argument("--mpirun", default="mpirun")
     ap.add_argument("--budget-s", type=float, default=0)
+    ap.add_argument("--check", action="store_true", help="translation configs: the twin from "
+                    "pntrain's initial parameters, losses update by update")
+    ap.add_argument("--check-updates", type=int, default=3)
+    ap.add_argument("--pnexport", default=None, help="pnexport (default: beside --pntrain)")
     ap.add_argument("--out", default="vs_pytorch")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
@@ -113,53 +180,113 @@ def main():
             return "failed"
         return "ok"
 
-    rows = []
+    def pntrain_cmd(config, data, norm_flags, R, threads, extra):
+        """pntrain under mpirun (CPU) or alone (GPU), dropout 0, no validation."""
+        cmd = [a.pntrain, "--config", config, "--data", data, "--device", a.device] + \
+            norm_flags + ["--validate-interval-updates", "0", "--dropout", "0"] + extra
+        if a.device == "cpu":
+            mpi = [a.mpirun, "--bind-to", "none", "-np", str(R)]
+            mpi += ["--allow-run-as-root"] if os.geteuid() == 0 else []
+            mpi += ["--oversubscribe"] if R > cores else []
+            cmd = mpi + cmd + ["--threads", str(threads)]
+        return cmd
+
+    def same_init_check(config, cname, data):
+        """pntrain and the twin from pntrain's initial parameters: losses of K updates."""
+        K = a.check_updates
+        ck = os.path.join(a.out, "check_%s_init" % cname)
+        init = ck + ".safetensors"
+        steps = ["--warmup-updates", "2"]
+        shutil.rmtree(ck, ignore_errors=True)  # else pntrain would resume an earlier run's
+        status = run("check_%s_init" % cname, pntrain_cmd(
+            config, data, [], 1, cores, ["--max-update", "1", "--lr", "1e-30", "--save-dir", ck]))
+        if status == "ok":
+            pnexport = a.pnexport or os.path.join(os.path.dirname(a.pntrain), "pnexport")
+            status = run("check_%s_export" % cname,
+                         [pnexport, os.path.join(ck, "checkpoint_1"), "--out", init])
+        out = []
+        for R in ranks:
+            threads = max(1, cores // R)
+            metrics = os.path.join(a.out, "check_%s_r%d.jsonl" % (cname, R))
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            res = {"ranks": R, "pntrain": [], "pytorch": []}
+            if status == "ok" and run("check_pntrain_%s_r%d" % (cname, R), pntrain_cmd(
+                    config, data, [], R, threads,
+                    steps + ["--max-update", str(K), "--metrics", metrics])) == "ok":
+                res["pntrain"] = metrics_losses(metrics)
+            ttag = "check_torch_%s_r%d" % (cname, R)
+            if status == "ok" and run(ttag, [
+                    a.python, os.path.join(HERE, "train_torch.py"), "--config", config, "--data",
+                    data, "--device", a.device, "--dropout", "0", "--updates", str(K),
+                    "--warmup", "0", "--ranks", str(R), "--threads", str(threads), "--init",
+                    init] + steps, {"OMP_NUM_THREADS": str(threads)}) == "ok":
+                res["pytorch"] = json.loads(open(os.path.join(a.out, ttag + ".log")).read()
+                                            .strip().splitlines()[-1]).get("loss_all", [])
+            pairs = list(zip(res["pntrain"], res["pytorch"]))
+            res["max_abs_diff"] = max(abs(x - y) for x, y in pairs) if pairs else None
+            print("%s check, %d rank(s), same initial parameters: loss pntrain %s, PyTorch %s"
+                  % (cname, R, ["%.6f" % x for x in res["pntrain"]],
+                     ["%.6f" % x for x in res["pytorch"]]), flush=True)
+            out.append(res)
+        return out
+
+    rows, checks = [], {}
     for config in a.configs.split(","):
         cfg = read_ini(config)
         cname = os.path.splitext(os.path.basename(config))[0]
-        for norm in a.norms.split(","):
+        translation = cfg.get("arch", "transformer_lm") == "transformer"
+        data = config_data(cfg, a.data) if translation else a.data
+        # (the row's norm, its tag in file names, the flags both sides get)
+        runs = [(translation_norms(cfg), "config", [])] if translation else \
+            [(n, n, ["--norm", n]) for n in a.norms.split(",")]
+        if translation and a.check:
+            checks[cname] = same_init_check(config, cname, data)
+        for norm, ntag, norm_flags in runs:
             for R in ranks:
                 threads = max(1, cores // R)
                 row = {"config": cname, "norm": norm, "ranks": R, "threads": threads,
+                       "arch": cfg.get("arch", "transformer_lm"), "data": data,
                        "shape": [int(cfg.get(k, v)) for k, v in (("decoder-layers", 2),
                                                                  ("decoder-embed-dim", 128),
                                                                  ("tokens-per-sample", 64))],
                        "pntrain_fp32": [], "pntrain_rss_mb": [], "torch": {k: [] for k in keys},
                        "torch_rss_mb": {k: [] for k in keys}}
                 for rep in range(a.repeats):
-                    tag = "%s_%s_r%d_%d" % (cname, norm, R, rep + 1)
+                    tag = "%s_%s_r%d_%d" % (cname, ntag, R, rep + 1)
                     metrics = os.path.join(a.out, "pntrain_%s.jsonl" % tag)
                     if os.path.exists(metrics):
                         os.remove(metrics)
-                    cmd = [a.pntrain, "--config", config, "--data", a.data, "--device", a.device,
-                           "--norm", norm, "--max-update", str(total), "--validate-interval-updates",
-                           "0", "--dropout", "0", "--log-interval", "5", "--metrics", metrics]
-                    if a.device == "cpu":
-                        mpi = [a.mpirun, "--bind-to", "none", "-np", str(R)]
-                        mpi += ["--allow-run-as-root"] if os.geteuid() == 0 else []
-                        mpi += ["--oversubscribe"] if R > cores else []
-                        cmd = mpi + cmd + ["--threads", str(threads)]
+                    cmd = pntrain_cmd(config, data, norm_flags, R, threads,
+                                      ["--max-update", str(total), "--log-interval", "5",
+                                       "--metrics", metrics])
                     status = run("pntrain_" + tag, cmd)
                     pn, rss = median_tps(metrics, a.warmup) if status == "ok" else (status, None)
                     row["pntrain_fp32"].append(pn)
                     row["pntrain_rss_mb"].append(rss)
                     log = open(os.path.join(a.out, "pntrain_%s.log" % tag)).read() \
                         if status == "ok" else ""
-                    vocab = next((l.split(": vocabulary ")[1].split(",")[0]
+                    # "vocabulary V," (LM) or "vocabulary Vs / Vt (joint)," (translation: the
+                    # twin checks the target's)
+                    vocab = next((first_number(l.split(": vocabulary ")[1].split(",")[0]
+                                               .split(" / ")[-1])
                                   for l in log.splitlines() if ": vocabulary " in l), None)
                     row.setdefault("params", next((int(l.split("total ")[1].split(" parameters")[0])
                                                    for l in log.splitlines()
                                                    if "total " in l and " parameters" in l), None))
+                    losses = metrics_losses(metrics) if status == "ok" else []
+                    if losses:
+                        row.setdefault("pntrain_loss_first", losses[0])
                     print("%s %-6s %d rank(s) #%d pntrain fp32: %s" % (
-                        cname, norm, R, rep + 1, "%.0f tok/s" % pn if status == "ok" else status),
+                        cname, ntag, R, rep + 1, "%.0f tok/s" % pn if status == "ok" else status),
                         flush=True)
                     for key in keys:
                         mode, prec = key.split("_")
-                        cmd = [a.python, os.path.join(HERE, "train_torch.py"), "--config", config,
-                               "--norm", norm, "--data", a.data, "--device", a.device,
-                               "--precision", prec, "--dropout", "0", "--updates", str(a.updates),
-                               "--warmup", str(a.warmup), "--ranks", str(R), "--threads",
-                               str(threads)]
+                        cmd = [a.python, os.path.join(HERE, "train_torch.py"), "--config", config]
+                        cmd += norm_flags + ["--data", data, "--device", a.device,
+                                             "--precision", prec, "--dropout", "0", "--updates",
+                                             str(a.updates), "--warmup", str(a.warmup), "--ranks",
+                                             str(R), "--threads", str(threads)]
                         cmd += ["--vocab", vocab] if vocab else []
                         cmd += ["--compile"] if mode == "compile" else []
                         ttag = "torch_%s_%s" % (tag, key)
@@ -171,13 +298,15 @@ def main():
                             tps, trss = last.get("tokens_per_s"), max(last.get("peak_rss_mb", [0]))
                             row.setdefault("gpu", last.get("gpu"))
                             row.setdefault("torch_version", last.get("torch"))
+                            row.setdefault("torch_params", last.get("params"))
+                            row.setdefault("torch_loss_first", last.get("loss_first"))
                         row["torch"][key].append(tps)
                         row["torch_rss_mb"][key].append(trss)
                         print("%s %-6s %d rank(s) #%d PyTorch %-13s %s" % (
-                            cname, norm, R, rep + 1, key + ":",
+                            cname, ntag, R, rep + 1, key + ":",
                             "%.0f tok/s" % tps if isinstance(tps, float) else tps), flush=True)
                 rows.append(row)
-                json.dump({"device": a.device, "rows": rows},
+                json.dump({"device": a.device, "rows": rows, "checks": checks},
                           open(os.path.join(a.out, "compare.json"), "w"), indent=1)
 
     # The table: pntrain (fp32) against each PyTorch configuration.
@@ -208,15 +337,41 @@ def main():
         if a.device == "cuda":
             L, d, T = r["shape"]
             pn = [x for x in r["pntrain_fp32"] if isinstance(x, (int, float))]
-            flops = (6 * r["params"] + 6 * L * d * T) if r.get("params") else None
+            # 6N + 6LdT counts a decoder-only LM's tokens: no figure for the encoder-decoder.
+            lm = r.get("arch") != "transformer"
+            flops = (6 * r["params"] + 6 * L * d * T) if r.get("params") and lm else None
             r["mfu_pntrain"] = statistics.median(pn) * flops / peak if pn and flops and peak \
                 else None
             cells.append("%.1f%%" % (100 * r["mfu_pntrain"]) if r["mfu_pntrain"] else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
+    lines += [""] + same_model_lines(rows, checks)
     print("\n" + "\n".join(lines))
     open(os.path.join(a.out, "table.md"), "w").write("\n".join(lines) + "\n")
-    json.dump({"device": a.device, "where": where, "torch": version, "rows": rows},
-              open(os.path.join(a.out, "compare.json"), "w"), indent=1)
+    json.dump({"device": a.device, "where": where, "torch": version, "rows": rows,
+               "checks": checks}, open(os.path.join(a.out, "compare.json"), "w"), indent=1)
+
+
+def same_model_lines(rows, checks):
+    """Under the table: that each twin is its pntrain model (parameter counts, first losses,
+    and --check's losses from the same initial parameters)."""
+    fmt = lambda x: "%.4f" % x if isinstance(x, (int, float)) else "n/a"
+    out = []
+    for r in rows:
+        pn, pt = r.get("params"), r.get("torch_params")
+        out.append("%s %s %d rank(s): parameters pntrain %s / PyTorch %s%s; first-update loss "
+                   "pntrain %s / PyTorch %s (each from its own random init)" % (
+                       r["config"], r["norm"], r["ranks"], pn, pt,
+                       "" if pn == pt or None in (pn, pt) else " (DIFFER)",
+                       fmt(r.get("pntrain_loss_first")), fmt(r.get("torch_loss_first"))))
+    for cname, results in checks.items():
+        for c in results:
+            out.append("%s, %d rank(s), from pntrain's initial parameters: loss pntrain %s / "
+                       "PyTorch %s, largest difference %s" % (
+                           cname, c["ranks"], " ".join(fmt(x) for x in c["pntrain"]) or "n/a",
+                           " ".join(fmt(x) for x in c["pytorch"]) or "n/a",
+                           "%.1e" % c["max_abs_diff"] if c["max_abs_diff"] is not None
+                           else "n/a"))
+    return out
 
 
 if __name__ == "__main__":

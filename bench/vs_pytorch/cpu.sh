@@ -9,7 +9,9 @@
 # it: they keep Debian's python3-torch. Then compare.py --device cpu with these defaults:
 # configs/ptb_small.ini and configs/ptb_wide.ini on PTB, norms layer and power, 1 rank x 2 threads
 # and 2 ranks x 1 thread (PyTorch with DDP over gloo), eager and torch.compile, fp32 and bf16
-# autocast, 3 repeats, the output in bench-results/vs_pytorch_cpu/.
+# autocast, 3 repeats, the output in bench-results/vs_pytorch_cpu/. The translation model:
+# --configs configs/iwslt_small.ini (its own corpus and per-site norms; add --check to train the
+# twin from pntrain's initial parameters and compare the losses).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${PN_TORCH_VENV:-$ROOT/.venv-torch}"

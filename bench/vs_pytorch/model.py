@@ -1,4 +1,5 @@
-"""PyTorch twin of pntrain's language model (SPEC section 8), for bench/vs_pytorch.
+"""PyTorch twins of pntrain's language model (SPEC section 8) and translation model, for
+bench/vs_pytorch.
 
 Pre-norm Transformer decoder, as model/lm.cpp:
     h0 = sqrt(d) E[tok] + P[pos]           (P sinusoidal [sin | cos], freq 10000^(-i/(d/2-1)))
@@ -8,9 +9,13 @@ Init as pntrain: E ~ N(0, d^-1/2); linear weights Xavier uniform on [out, in] (t
 projection is one [3d, d] matrix), biases 0; norm gamma 1, beta 0.
 Loss: fairseq's label-smoothed cross-entropy (kernels/cpu/loss.cpp), summed over tokens.
 
-Norms (SPEC section 2, the model's rows are its tokens, training rows are never masked):
+Norms (SPEC section 2, the model's rows are its tokens; the LM's rows are never masked, the
+translation model's padded rows enter no statistic):
   layer: nn.LayerNorm;  batch: nn.BatchNorm1d over the [tokens, d] view (statistics over all
   tokens of the micro-batch);  power: PowerNorm below (layers/norms/power_norm.h).
+
+TransformerMT is the translation model (model/translation.h, `arch = transformer`): the same
+blocks as an encoder-decoder, padded batches, norm kinds per site; see its docstring.
 """
 import math
 
@@ -32,7 +37,8 @@ def sinusoidal_positions(max_len, d):
 
 
 class PowerNormFunction(torch.autograd.Function):
-    """PN training iteration of layers/norms/power_norm.h on x [rows, d] (no masked rows).
+    """PN training iteration of layers/norms/power_norm.h on x [rows, d]; the means, sums and
+    dx below cover the unmasked rows only when a mask is given.
 
     forward:  t += 1; psi_B^2 = mean x^2; s = sqrt(psi_B^2 + eps) if t <= W else
               sqrt(psi^2 + eps) (psi^2 before this iteration); y = gamma x / s + beta;
@@ -44,12 +50,14 @@ class PowerNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, gamma, beta, module):
-        rows = x.shape[0]
+    def forward(ctx, x, gamma, beta, module, mask=None):
+        # mask: None (every row real, the LM) or [rows, 1] of 0/1 in x's dtype (translation:
+        # padded rows get y's formula but enter no statistic, gradient or dx, as pntrain's).
+        rows = x.shape[0] if mask is None else mask.sum(dtype=torch.float64)
         # t is a tensor and the warmup a select, not a Python branch, so that torch.compile
         # traces one graph for every iteration instead of recompiling as t counts up.
         module.t.add_(1)
-        sum_x2 = (x * x).sum(0, dtype=torch.float64)
+        sum_x2 = (x * x if mask is None else x * x * mask).sum(0, dtype=torch.float64)
         psi2_b = sum_x2 / rows
         warm = module.t <= module.warmup
         psi2 = module.running_psi2
@@ -59,16 +67,19 @@ class PowerNormFunction(torch.autograd.Function):
                                               (1 - module.alpha_fwd) * psi2_b))
         inv_s32 = inv_s.to(x.dtype)
         y = torch.addcmul(beta, x, inv_s32 * gamma)
-        ctx.save_for_backward(x, gamma, inv_s32)
+        ctx.save_for_backward(x, gamma, inv_s32, mask)
         ctx.module = module
+        ctx.rows = rows
         ctx.gamma_term = (sum_x2 * inv_s * inv_s / rows)  # Gamma = mean xh^2
         return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, gamma, inv_s = ctx.saved_tensors
+        x, gamma, inv_s, mask = ctx.saved_tensors
         module = ctx.module
-        rows = x.shape[0]
+        rows = ctx.rows
+        if mask is not None:
+            dy = dy * mask
         xh = x * inv_s
         sum_dy_xh = (dy * xh).sum(0, dtype=torch.float64)
         dbeta = dy.sum(0)
@@ -76,10 +87,12 @@ class PowerNormFunction(torch.autograd.Function):
         nu = module.nu.to(dy.dtype)
         # dx = (gamma dy - nu xh) / s, nu before this iteration
         dx = (dy * gamma - xh * nu) * inv_s
+        if mask is not None:
+            dx = dx * mask
         lam = gamma.detach().double() * sum_dy_xh / rows
         a = 1 - module.alpha_bkw
         module.nu.mul_(1 - a * ctx.gamma_term).add_(a * lam)
-        return dx, dgamma, dbeta, None
+        return dx, dgamma, dbeta, None, None
 
 
 class PowerNorm(nn.Module):
@@ -92,11 +105,14 @@ class PowerNorm(nn.Module):
         self.register_buffer("nu", torch.zeros(d, dtype=torch.float64))
         self.register_buffer("t", torch.zeros((), dtype=torch.float64))  # training forwards
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
+        """mask: None, or [rows, 1] 0/1 (1 = real token) over x's rows (see PowerNormFunction)."""
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.training:
-            y = PowerNormFunction.apply(x2, self.weight, self.bias, self)
+            if mask is not None:
+                mask = mask.to(x2.dtype)
+            y = PowerNormFunction.apply(x2, self.weight, self.bias, self, mask)
         else:
             inv = torch.rsqrt(self.running_psi2 + self.eps).to(x.dtype)
             y = torch.addcmul(self.bias, x2, inv * self.weight)
@@ -110,9 +126,16 @@ class TokenBatchNorm(nn.Module):
         super().__init__()
         self.bn = nn.BatchNorm1d(d, eps=eps, momentum=1 - alpha)
 
-    def forward(self, x):
+    def forward(self, x, mask=None):
+        """mask: None, or [rows, 1] 0/1 over x's rows: in training the statistics (and the
+        gradients) cover the real rows only; padded rows are left 0, which nothing reads."""
         shape = x.shape
-        return self.bn(x.reshape(-1, shape[-1])).reshape(shape)
+        x2 = x.reshape(-1, shape[-1])
+        if mask is None or not self.training:
+            return self.bn(x2).reshape(shape)
+        idx = mask.reshape(-1).nonzero().squeeze(1)
+        y = x2.new_zeros(x2.shape).index_copy(0, idx, self.bn(x2.index_select(0, idx)))
+        return y.reshape(shape)
 
 
 def make_norm(kind, d, eps=1e-5, alpha=0.9, alpha_fwd=0.9, alpha_bkw=0.9, pn_warmup=0):
@@ -209,9 +232,10 @@ class TransformerLM(nn.Module):
         return F.linear(f, self.embed_tokens.weight)  # tied, no bias
 
 
-def label_smoothed_loss(logits, targets, eps):
+def label_smoothed_loss(logits, targets, eps, mask=None):
     """fairseq's label-smoothed CE summed over tokens (kernels/cpu/loss.cpp):
     eps_i = eps / (V - 1); loss = (1 - eps - eps_i) nll + eps_i * sum_j (-lp_j).
+    mask (translation): 0/1 per token, the padded tokens' terms dropped as pntrain drops them.
     Returns (loss_sum, nll_sum)."""
     V = logits.shape[-1]
     lp = torch.log_softmax(logits.reshape(-1, V), dim=-1)
@@ -219,7 +243,239 @@ def label_smoothed_loss(logits, targets, eps):
     if eps > 0:
         eps_i = eps / (V - 1) if V > 1 else 0.0
         smooth = -lp.sum(-1)
-        loss = ((1.0 - eps - eps_i) * nll + eps_i * smooth).sum()
+        per_token = (1.0 - eps - eps_i) * nll + eps_i * smooth
     else:
-        loss = nll.sum()
-    return loss, nll.detach().sum()
+        per_token = nll
+    if mask is not None:
+        m = mask.reshape(-1).to(per_token.dtype)
+        per_token, nll = per_token * m, nll * m
+    return per_token.sum(), nll.detach().sum()
+
+
+# ---------------------------------------------------------------- translation model
+
+NORM_SITES = ("encoder-norm-self", "encoder-norm-ff", "encoder-norm-final", "decoder-norm-self",
+              "decoder-norm-cross", "decoder-norm-ff", "decoder-norm-final")
+
+
+def apply_norm(norm, x, rows_mask):
+    """A norm on x [n, T, d] whose padded rows must stay out of batch statistics: the
+    batch-type twins take the [n*T, 1] row mask, nn.LayerNorm (per row) needs none."""
+    return norm(x) if isinstance(norm, nn.LayerNorm) else norm(x, rows_mask)
+
+
+def attend(q, k, v, causal, key_mask, dropout_p):
+    """layers/attention.cpp MultiheadAttention's core on q [n, h, Tq, dh], k, v [n, h, Tk, dh]:
+    softmax(q k^T / sqrt(dh)) over the allowed keys (j <= i when causal; key_mask [n, Tk] bool,
+    True = real token), probabilities dropped with dropout_p (inverted), times v."""
+    if hasattr(F, "scaled_dot_product_attention"):  # PyTorch 2
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                              is_causal=causal)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    if causal:
+        Tq, Tk = scores.shape[-2:]
+        banned = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(banned, float("-inf"))
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+    probs = F.dropout(torch.softmax(scores, dim=-1), dropout_p)
+    return torch.matmul(probs, v)
+
+
+class MultiheadAttention(nn.Module):
+    """layers/attention.h MultiheadAttention: self-attention with one fused [3d, d] qkv_proj
+    (rows q, k, v), optionally causal, or cross-attention with q_proj [d, d] on the decoder and
+    one fused kv_proj [2d, d] (rows k, v) on the encoder output; heads are column blocks of
+    d/heads; keys may carry a padding mask; out_proj."""
+
+    def __init__(self, d, heads, cross=False, causal=False, attention_dropout=0.0):
+        super().__init__()
+        assert d % heads == 0
+        self.d, self.heads, self.cross, self.causal = d, heads, cross, causal
+        self.attention_dropout = attention_dropout
+        if cross:
+            self.q_proj = _xavier_linear(d, d)
+            self.kv_proj = _xavier_linear(d, 2 * d)
+        else:
+            self.qkv_proj = _xavier_linear(d, 3 * d)
+        self.out_proj = _xavier_linear(d, d)
+
+    def _heads(self, z, parts):
+        n, T, _ = z.shape
+        return z.view(n, T, parts, self.heads, self.d // self.heads).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x, mem=None, key_mask=None):
+        n, Tq, d = x.shape
+        if self.cross:
+            q = self._heads(self.q_proj(x), 1)[0]
+            k, v = self._heads(self.kv_proj(mem), 2)
+        else:
+            q, k, v = self._heads(self.qkv_proj(x), 3)
+        p = self.attention_dropout if self.training else 0.0
+        ctx = attend(q, k, v, self.causal, key_mask, p)
+        return self.out_proj(ctx.transpose(1, 2).reshape(n, Tq, d))
+
+
+class EncoderLayer(nn.Module):
+    """m = h + dropout(self_attn(norm_self(h), source key mask));
+    h = m + dropout(ff(norm_ff(m)))."""
+
+    def __init__(self, d, heads, ffn_dim, dropout, attention_dropout, norm_self, norm_ff):
+        super().__init__()
+        self.self_attn_layer_norm = norm_self
+        self.self_attn = MultiheadAttention(d, heads, attention_dropout=attention_dropout)
+        self.final_layer_norm = norm_ff
+        self.fc1, self.fc2 = _xavier_linear(d, ffn_dim), _xavier_linear(ffn_dim, d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h, key_mask, rows_mask):
+        a = apply_norm(self.self_attn_layer_norm, h, rows_mask)
+        m = h + self.dropout(self.self_attn(a, key_mask=key_mask))
+        b = apply_norm(self.final_layer_norm, m, rows_mask)
+        return m + self.dropout(self.fc2(F.relu(self.fc1(b))))
+
+
+class DecoderLayer(nn.Module):
+    """m1 = g + dropout(causal self_attn(norm_self(g)));
+    m2 = m1 + dropout(encoder_attn(norm_cross(m1), enc, source key mask));
+    g = m2 + dropout(ff(norm_ff(m2)))."""
+
+    def __init__(self, d, heads, ffn_dim, dropout, attention_dropout, norm_self, norm_cross,
+                 norm_ff):
+        super().__init__()
+        self.self_attn_layer_norm = norm_self
+        self.self_attn = MultiheadAttention(d, heads, causal=True,
+                                            attention_dropout=attention_dropout)
+        self.encoder_attn_layer_norm = norm_cross
+        self.encoder_attn = MultiheadAttention(d, heads, cross=True,
+                                               attention_dropout=attention_dropout)
+        self.final_layer_norm = norm_ff
+        self.fc1, self.fc2 = _xavier_linear(d, ffn_dim), _xavier_linear(ffn_dim, d)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, g, enc, src_key_mask, rows_mask):
+        a = apply_norm(self.self_attn_layer_norm, g, rows_mask)
+        m1 = g + self.dropout(self.self_attn(a))
+        c = apply_norm(self.encoder_attn_layer_norm, m1, rows_mask)
+        m2 = m1 + self.dropout(self.encoder_attn(c, enc, src_key_mask))
+        b = apply_norm(self.final_layer_norm, m2, rows_mask)
+        return m2 + self.dropout(self.fc2(F.relu(self.fc1(b))))
+
+
+def _embedding(vocab, d):
+    """layers/embedding.cpp: a [vocab, d] table, N(0, d^-1/2) (no padding row is zeroed)."""
+    e = nn.Embedding(vocab, d)
+    nn.init.normal_(e.weight, 0.0, d ** -0.5)
+    return e
+
+
+class _Stack(nn.Module):
+    """Holds one side's layers and final norm under pntrain's parameter names."""
+
+    def __init__(self, layers, layer_norm, embed_tokens=None):
+        super().__init__()
+        if embed_tokens is not None:
+            self.embed_tokens = embed_tokens
+        self.layers = nn.ModuleList(layers)
+        self.layer_norm = layer_norm
+
+
+class TransformerMT(nn.Module):
+    """PyTorch twin of pntrain's translation model (model/translation.cpp), pre-norm:
+        encoder:  h0 = dropout(sqrt(d) E[src] + P)       (P from position 0, padding included)
+                  EncoderLayer x encoder_layers;  enc = norm_enc_final(h)
+        decoder:  g0 = dropout(sqrt(d) E_tgt[prev] + P)   (prev = <eos>, target without <eos>)
+                  DecoderLayer x decoder_layers;  logits = norm_dec_final(g) E_tgt^T  (tied)
+    share_all_embeddings: one joint table E = E_tgt (embed_tokens), else encoder.embed_tokens
+    and decoder.embed_tokens. Padding is on the right; the source mask keys the encoder's
+    self-attention and every cross-attention; the decoder's self-attention is causal (a real
+    target token never sees the padding after it); every batch-type norm takes its side's row
+    mask. norms: kind per site (NORM_SITES: encoder-norm-self, ..., decoder-norm-final).
+    Parameter names and shapes are pntrain's (its ParamStore names), so a `pn export` loads
+    with load_pn_export. Init as pntrain's: see the module docstring."""
+
+    def __init__(self, vocab, tgt_vocab=None, share_all_embeddings=True, dim=128,
+                 encoder_layers=2, encoder_heads=4, encoder_ffn_dim=512, decoder_layers=2,
+                 decoder_heads=4, decoder_ffn_dim=512, dropout=0.1, attention_dropout=0.0,
+                 norms=None, max_len=1024, norm_eps=1e-5, norm_alpha=0.9, pn_alpha_fwd=0.9,
+                 pn_alpha_bkw=0.9, pn_warmup=0):
+        super().__init__()
+        tgt_vocab = tgt_vocab or vocab
+        if share_all_embeddings and tgt_vocab != vocab:
+            raise ValueError("shared embeddings need one joint vocabulary")
+        norms = dict({site: "layer" for site in NORM_SITES}, **(norms or {}))
+        opts = dict(eps=norm_eps, alpha=norm_alpha, alpha_fwd=pn_alpha_fwd,
+                    alpha_bkw=pn_alpha_bkw, pn_warmup=pn_warmup)
+
+        def norm(site):
+            return make_norm(norms[site], dim, **opts)
+        self.dim, self.shared = dim, share_all_embeddings
+        if share_all_embeddings:
+            self.embed_tokens = _embedding(vocab, dim)
+        self.encoder = _Stack(
+            [EncoderLayer(dim, encoder_heads, encoder_ffn_dim, dropout, attention_dropout,
+                          norm("encoder-norm-self"), norm("encoder-norm-ff"))
+             for _ in range(encoder_layers)], norm("encoder-norm-final"),
+            None if share_all_embeddings else _embedding(vocab, dim))
+        self.decoder = _Stack(
+            [DecoderLayer(dim, decoder_heads, decoder_ffn_dim, dropout, attention_dropout,
+                          norm("decoder-norm-self"), norm("decoder-norm-cross"),
+                          norm("decoder-norm-ff")) for _ in range(decoder_layers)],
+            norm("decoder-norm-final"),
+            None if share_all_embeddings else _embedding(tgt_vocab, dim))
+        self.register_buffer("positions", sinusoidal_positions(max_len, dim))
+        self.dropout = nn.Dropout(dropout)
+
+    def embeddings(self):
+        """(source table, target table): the same module when shared."""
+        if self.shared:
+            return self.embed_tokens, self.embed_tokens
+        return self.encoder.embed_tokens, self.decoder.embed_tokens
+
+    def _embed(self, table, tokens):
+        T = tokens.shape[1]
+        if T > self.positions.shape[0]:
+            raise ValueError("sequence longer than the position table")
+        return self.dropout(table(tokens) * math.sqrt(self.dim) + self.positions[:T])
+
+    def forward(self, src, src_mask, prev, tgt_mask):
+        """src [n, S], prev [n, T] token ids; src_mask, tgt_mask bool (True = real token).
+        Returns the logits [n, T, V_tgt]."""
+        e_src, e_tgt = self.embeddings()
+        src_rows = src_mask.reshape(-1, 1).float()
+        tgt_rows = tgt_mask.reshape(-1, 1).float()
+        h = self._embed(e_src, src)
+        for layer in self.encoder.layers:
+            h = layer(h, src_mask, src_rows)
+        enc = apply_norm(self.encoder.layer_norm, h, src_rows)
+        g = self._embed(e_tgt, prev)
+        for layer in self.decoder.layers:
+            g = layer(g, enc, src_mask, tgt_rows)
+        f = apply_norm(self.decoder.layer_norm, g, tgt_rows)
+        return F.linear(f, e_tgt.weight)  # tied to the target embedding, no bias
+
+
+def load_pn_export(model, tensors):
+    """Copies the parameters of a `pn export` (python/pntrain_torch.py read_safetensors:
+    fairseq names, qkv split into q/k/v) into a TransformerMT of the same sizes, fusing q|k|v
+    and k|v back; the norms' running state is not taken (the twin starts from pntrain's initial
+    state). Returns the number of parameters copied."""
+    own = dict(model.named_parameters())
+    done = set()
+    for name, p in own.items():
+        if name == "embed_tokens.weight":
+            src = tensors["encoder.embed_tokens.weight"]
+        elif ".qkv_proj." in name or ".kv_proj." in name:
+            fused, kind = name.split(".qkv_proj." if ".qkv_proj." in name else ".kv_proj.")
+            parts = "qkv" if ".qkv_proj." in name else "kv"
+            src = torch.cat([tensors["%s.%s_proj.%s" % (fused, c, kind)] for c in parts])
+        else:  # TokenBatchNorm keeps its parameters in .bn
+            src = tensors[name.replace(".bn.", ".")]
+        if tuple(src.shape) != tuple(p.shape):
+            raise ValueError("%s: the export holds %s, the twin %s" % (name, list(src.shape),
+                                                                      list(p.shape)))
+        with torch.no_grad():
+            p.copy_(src.to(p.dtype))
+        done.add(name)
+    return len(done)

@@ -10,7 +10,9 @@
 # sizes, batch and optimiser, dropout 0, threads per rank = cores / ranks (or --threads), W
 # unmeasured then N measured updates. Prints median tokens/s of updates W+1..W+N of each, their
 # ratio and the peak RSS of rank 0 of each. Run from anywhere; relative paths are taken from the
-# current directory, defaults from the repository root.
+# current directory, defaults from the repository root. A translation config (arch = transformer)
+# trains on its own data key unless --data is given; its per-site norms are the config's
+# (--norms then sets only the sites the config leaves out, on both sides, as pntrain's --norm).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -59,6 +61,13 @@ fi
 [ -n "$OUT" ] || OUT="$(mktemp -d /tmp/pn_vs_pytorch.XXXXXX)"
 mkdir -p "$OUT"
 
+# pntrain's corpus: --data, else the builtin one for a language model and the config's data key
+# for a translation model.
+PN_DATA=(--data "${DATA:-builtin}")
+if [ -z "$DATA" ] && grep -Eq '^[[:space:]]*arch[[:space:]]*=[[:space:]]*transformer[[:space:]]*$' "$CONFIG"; then
+  PN_DATA=()
+fi
+
 MPIRUN="${MPIRUN:-mpirun}"
 MPI_ARGS=(--bind-to none)
 [ "$(id -u)" = 0 ] && MPI_ARGS+=(--allow-run-as-root)
@@ -99,13 +108,15 @@ for norm in ${NORMS//,/ }; do
     echo "== $norm, $r rank(s), $t thread(s) per rank: pntrain" >&2
     if ! "$MPIRUN" "${MPI_ARGS[@]}" "${extra[@]}" -np "$r" "$PNTRAIN" --config "$CONFIG" \
          --norm "$norm" --max-update "$TOTAL" --validate-interval-updates 0 --dropout 0 \
-         --metrics "$metrics" --threads "$t" --data "${DATA:-builtin}" \
+         --metrics "$metrics" --threads "$t" "${PN_DATA[@]}" \
          > "$OUT/pntrain_$tag.log" 2>&1; then
       echo "   pntrain failed: see $OUT/pntrain_$tag.log" >&2
     fi
     read -r pn_tps pn_rss < <(pn_summary "$metrics" 2>/dev/null || echo "nan nan")
     # The PyTorch side gets pntrain's vocabulary size (from its log; 67 for the builtin corpus).
-    vocab="$(sed -n 's/.*: vocabulary \([0-9]*\),.*/\1/p' "$OUT/pntrain_$tag.log" | head -1)"
+    # "vocabulary V," (LM) or "vocabulary Vs / Vt (joint)," (translation: the target's)
+    vocab="$(sed -n -e 's/.*: vocabulary [0-9]* \/ \([0-9]*\).*/\1/p' \
+                    -e 's/.*: vocabulary \([0-9]*\),.*/\1/p' "$OUT/pntrain_$tag.log" | head -1)"
     [ -n "$vocab" ] || vocab=$([ -n "$DATA" ] && echo 10001 || echo 67)
     pn_params="$(sed -n 's/.*total \([0-9]*\) parameters.*/\1/p' "$OUT/pntrain_$tag.log" | head -1)"
     echo "== $norm, $r rank(s), $t thread(s) per rank: PyTorch (vocabulary $vocab)" >&2
