@@ -563,10 +563,10 @@ def run(rank, args, cfg, port, queue):
     params = [p for p in model.parameters()]
     # Several ranks: DDP (its own broadcast of the initial parameters, as pntrain's, and bucketed
     # all-reduces overlapped with the backward), which averages the gradients over the ranks.
-    # The translation model keeps its norm state rank-local, as pntrain's power and batch do
-    # (no broadcast of buffers before each forward).
+    # Norm state stays rank-local, as pntrain's power and batch keep it (no broadcast of
+    # buffers before each forward, which would also cost a copy per micro-step).
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, **({"broadcast_buffers": False} if translation else {})) if R > 1 else None
+        model, broadcast_buffers=False) if R > 1 else None
     # Translation batches change shape every update: one dynamic-shape graph, not a
     # recompilation per shape.
     compile_args = {"dynamic": True} if translation else {}
