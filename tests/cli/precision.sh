@@ -4,14 +4,7 @@
 # resumes in fp32 and an fp32 one in bf16 (the precision of the resume's command); a 2-rank run
 # with a synchronized norm in bf16 repeats itself bit for bit; tf32 on the CPU is refused.
 # Usage: precision.sh PNTRAIN MPIRUN...
-set -u
-pntrain="$1"; shift
-mpirun=("$@")
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures+1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 small=(--decoder-layers 1 --decoder-embed-dim 32 --decoder-attention-heads 2
        --decoder-ffn-embed-dim 64 --max-tokens 256 --threads 1 --log-interval 1)
 

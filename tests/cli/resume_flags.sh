@@ -5,14 +5,7 @@
 # paths of outputs, which a checkpoint does not keep) but the longer --max-update. A flag given with another value is applied with one warning naming both;
 # --eval-only takes the run's flags but not its outputs (no line is added to its metrics).
 # Usage: resume_flags.sh PNTRAIN MPIRUN...
-set -u
-pntrain="$1"; shift
-mpirun=("$@")
-py=/usr/bin/python3; [ -x "$py" ] || py=python3
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures+1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 cat > run.ini <<'INI'
 label-smoothing = 0.1
 dropout = 0.3
