@@ -121,6 +121,33 @@ TEST(Flags, TheLastOfARepeatedFlagWinsAndIsNamed) {
   EXPECT_EQ(o.notes[1], "--lr is given 2 times in '" + ini + "': the last one wins (--lr 0.003)");
 }
 
+// --norm on the command line sets every place the config file names (the command line wins);
+// a place named on the command line beside it, or in the file beside the file's own --norm,
+// keeps its own.
+TEST(Flags, NormOnTheCommandLineWinsOverTheConfigsPlaces) {
+  test::TempDir tmp("pn_norm_places");
+  const std::string ini = (tmp.path / "mt.ini").string();
+  std::ofstream(ini) << "encoder-norm-self = power\ndecoder-norm-ff = layer\nnorm-final = rms\n";
+  Options o = parse({"--config", ini, "--norm", "batch"});
+  EXPECT_EQ(o.encoder_norm_self, "batch");
+  EXPECT_EQ(o.decoder_norm_ff, "batch");
+  EXPECT_EQ(o.norm_final, "batch");
+  EXPECT_EQ(o.norm_self, "batch");
+  o = parse({"--config", ini, "--norm", "batch", "--decoder-norm-ff", "group"});
+  EXPECT_EQ(o.decoder_norm_ff, "group");
+  EXPECT_EQ(o.encoder_norm_self, "batch");
+  o = parse({"--config", ini});  // the file alone: its places as written
+  EXPECT_EQ(o.encoder_norm_self, "power");
+  EXPECT_EQ(o.norm_final, "rms");
+  std::ofstream(ini) << "norm = power_v\nnorm-final = layer\n";
+  o = parse({"--config", ini});
+  EXPECT_EQ(o.norm_self, "power_v");
+  EXPECT_EQ(o.norm_final, "layer");
+  o = parse({"--norm", "batch", "--norm-final", "power"});
+  EXPECT_EQ(o.norm_ff, "batch");
+  EXPECT_EQ(o.norm_final, "power");
+}
+
 TEST(Flags, HelpShowsDefaultsAsWrittenAndChoices) {
   std::vector<std::string> args = {"pntrain", "--help"};
   std::vector<char*> argv;

@@ -178,7 +178,9 @@ po::options_description describe(Options& o) {
      "feed-forward hidden dimension")
     ("dropout", dflt(&o.dropout),
      "dropout after attention and feed-forward")
-    ("norm", po::value(&o.norm), norm_help("norm of every place (overrides --norm-self/-ff/-final)"))
+    ("norm", po::value(&o.norm),
+     norm_help("norm of every place; a place named beside it (--norm-final ...) keeps its own, "
+               "one named only in --config does not"))
     ("norm-self", dflt(&o.norm_self), norm_help("norm before attention"))
     ("norm-ff", dflt(&o.norm_ff), norm_help("norm before feed-forward"))
     ("norm-final", dflt(&o.norm_final), norm_help("final norm"))
@@ -405,6 +407,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
       "config", po::value(&o.config), "INI file of options (the command line wins)");
   cmdline.add(file_opts);
   po::variables_map vm;
+  std::set<std::string> on_command_line;  // the flags given as arguments, not by --config
   // Whole flag names only: prefix guessing would turn fairseq's --save-interval into
   // --save-interval-updates.
   const int style = po::command_line_style::default_style &
@@ -414,9 +417,11 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
         po::command_line_parser(argc, argv).options(cmdline).style(style).run();
     keep_last_of_repeated(&parsed, "", &o.notes);
     po::store(parsed, vm);
-    for (const po::option& op : parsed.options)
+    for (const po::option& op : parsed.options) {
+      on_command_line.insert(op.string_key);
       if (op.string_key != "config" && op.string_key != "help" && op.string_key != "version")
         o.given_text[op.string_key] = given_text(op);
+    }
     if (vm.count("help") || vm.count("version")) {
       std::ostringstream ss;
       if (vm.count("help")) ss << cmdline;
@@ -463,7 +468,8 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
     if (name != "help" && name != "version" && name != "config")
       o.values[name] = value_text(value.value());
   }
-  // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own.
+  // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own, unless
+  // --norm is on the command line and the place only in --config (the command line wins).
   if (!o.norm.empty()) {
     for (auto [flag, place] : {std::pair<const char*, std::string*>{"norm-self", &o.norm_self},
                                {"norm-ff", &o.norm_ff},
@@ -475,7 +481,8 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
                                {"decoder-norm-cross", &o.decoder_norm_cross},
                                {"decoder-norm-ff", &o.decoder_norm_ff},
                                {"decoder-norm-final", &o.decoder_norm_final}})
-      if (vm[flag].defaulted()) *place = o.norm, o.given.insert(flag), o.values[flag] = o.norm;
+      if (vm[flag].defaulted() || (on_command_line.count("norm") && !on_command_line.count(flag)))
+        *place = o.norm, o.given.insert(flag), o.values[flag] = o.norm;
   }
   // fairseq's spellings.
   if (!o.adam_betas.empty()) {
