@@ -16,8 +16,8 @@ the padding (longest side x sentences); the updates visit them in pntrain's seed
 mt19937_64 shuffle, so both take the same batches) and each update's batch is cut into
 update_freq x ranks contiguous pieces. A translation update's tokens are its target tokens
 (padding excluded), as pntrain counts them. The per-site norm kinds are the config's
-(encoder-norm-self ... decoder-norm-final); --norm sets the sites the config leaves out, as
-pntrain's --norm does. --init FILE.safetensors (a `pn export` of a translation checkpoint)
+(encoder-norm-self ... decoder-norm-final); a --norm flag sets every site not given as a flag
+too, as pntrain's --norm does. --init FILE.safetensors (a `pn export` of a translation checkpoint)
 starts from its parameters instead of a fresh init, so that pntrain's and the twin's losses
 can be compared update by update.
 
@@ -122,18 +122,20 @@ def parse_args(argv=None):
     ini = read_ini(args.config) if args.config else {}
     cfg.update(ini)
     given = set(ini)  # keys set by the config or a flag (pntrain's --norm needs to know)
+    flags = set()      # ... by a flag: a --norm flag wins over the config's sites
     for key in DEFAULTS:
         v = getattr(args, key.replace("-", "_"))
         if v is not None:
             cfg[key] = v
             given.add(key)
+            flags.add(key)
     for key, default in DEFAULTS.items():  # types of the defaults
         if isinstance(default, bool):
             cfg[key] = to_bool(cfg[key])
         else:
             cfg[key] = type(default)(cfg[key]) if not isinstance(default, float) \
                 else float(cfg[key])
-    args.given = given
+    args.given, args.flags = given, flags
     if cfg["arch"] not in ("transformer_lm", "transformer"):
         ap.error("arch '%s' has no twin (transformer_lm, transformer)" % cfg["arch"])
     if cfg["arch"] == "transformer" and args.data is None:
@@ -474,10 +476,12 @@ class LmTask:
 
 
 def site_norms(args, cfg):
-    """The norm kind of every translation site: the config's (or a flag's) where given, else
-    --norm / the config's norm where given, else layer (pntrain's rule)."""
+    """The norm kind of every translation site, by pntrain's rule: a site given at the level of
+    --norm or above keeps its own (a flag; in the config when --norm is not a flag), else
+    --norm / the config's norm where given, else layer."""
     fallback = cfg["norm"] if "norm" in args.given else "layer"
-    return {site: cfg[site] if site in args.given else fallback for site in NORM_SITES}
+    own = args.flags if "norm" in args.flags else args.given
+    return {site: cfg[site] if site in own else fallback for site in NORM_SITES}
 
 
 def norms_label(norms):
