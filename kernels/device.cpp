@@ -142,6 +142,21 @@ void device_free(Device device, void* p) {
   }
 }
 
+size_t device_peak_bytes() {
+#ifdef PN_HAVE_CUDA
+  if (current_context().device != Device::CUDA) return 0;
+  int dev = 0;
+  cudaMemPool_t pool = nullptr;
+  uint64_t high = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
+  return size_t(high);
+#else
+  return 0;
+#endif
+}
+
 void device_memset_zero(void* p, size_t bytes) {
   if (!p || bytes == 0) return;
   const Context& c = current_context();

@@ -57,6 +57,9 @@ class DeviceScope {
 void* device_alloc(size_t bytes);
 void device_free(Device device, void* p);
 void device_memset_zero(void* p, size_t bytes);
+// The most GPU memory this process has held at once (CUDA's default pool, which every device
+// allocation here comes from: PyTorch's max_memory_allocated counterpart); 0 off the GPU.
+size_t device_peak_bytes();
 // Host -> device, in stream order, from pageable memory: src may be reused or freed as soon as
 // the call returns (the bytes are copied first: on a GPU into pinned memory owned here).
 void copy_to_device(void* dst, const void* src, size_t bytes);

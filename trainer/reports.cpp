@@ -135,6 +135,7 @@ void Trainer::record_update(Run* run, int64_t update, const UpdateStats& s) {
                {"optimizer_s", s.optim_s}};
   if (stats_communicator().wait_apart) j["time"]["stats_wait_s"] = s.stats_wait_s;
   j["peak_rss_mb"] = peak_rss_mb();
+  if (const size_t gpu = device_peak_bytes()) j["device_peak_mb"] = double(gpu) / (1 << 20);
   if (!probed_.empty()) {  // the last micro-step's statistics of rank 0
     nlohmann::json probe = nlohmann::json::object();
     for (auto& [name, norm] : probed_)

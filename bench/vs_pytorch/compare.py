@@ -4,17 +4,20 @@
     bench/vs_pytorch/compare.py --pntrain build/bin/pntrain [--device cpu|cuda]
         [--configs configs/ptb_small.ini,configs/iwslt_small.ini,...] [--data ../shared/data/ptb]
         [--norms layer,power] [--ranks 1,2] [--torch eager,compile] [--precisions fp32,bf16]
-        [--repeats 3] [--updates 20] [--warmup 5] [--python PY] [--budget-s 0] [--check]
+        [--pntrain-precisions fp32,bf16] [--repeats 3] [--updates 20] [--warmup 5] [--python PY] [--budget-s 0] [--check]
         [--out DIR]
 
 For each config, norm and rank count (CPU: ranks x cores/ranks threads; GPU: one rank): pntrain
-(fp32, the precision it trains in on both devices), then the PyTorch twin (train_torch.py: the
+in each of --pntrain-precisions (default fp32; on a GPU also bf16: its GEMMs on bf16 tensor
+cores, fp32 storage and norms), then the PyTorch twin (train_torch.py: the
 same model, batch, optimiser and data, dropout 0; DDP over gloo at several ranks) eager and
 torch.compile'd, in fp32 and in bf16 autocast. Each cell is the median tokens/s of updates
 W+1..W+N of one run; with --repeats K every run is repeated K times (the repeats interleaved, so
 a drift of the machine spreads over all columns) and the table gives the median of the K
-figures with their range. Also: the peak RSS of rank 0, pntrain / PyTorch for each column, and
-on a GPU pntrain's model FLOPs utilisation (6N + 6LdT FLOPs per token, as llm.c counts them,
+figures with their range. Also: the peak RSS of rank 0, pntrain / PyTorch for each column
+(pntrain in the column's precision where it ran, else in fp32), and on a GPU the peak GPU
+memory of both (pntrain's CUDA pool high-water mark, PyTorch's max_memory_allocated) and
+pntrain's model FLOPs utilisation (6N + 6LdT FLOPs per token, as llm.c counts them,
 over the GPU's dense bf16 peak). Writes DIR/compare.json and DIR/table.md. --python is the
 interpreter with the PyTorch to compare with (bench/vs_pytorch/cpu.sh makes one with PyPI's);
 --budget-s stops starting runs that would not finish in time (0: no limit), and the runs left
@@ -103,7 +106,9 @@ def median_tps(path, warmup):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r and r.get("update", 0) > warmup]
     rss = [r["peak_rss_mb"] for r in rows if "peak_rss_mb" in r]
-    return (statistics.median(tps) if tps else None), (max(rss) if rss else None)
+    gpu = [r["device_peak_mb"] for r in rows if "device_peak_mb" in r]
+    return (statistics.median(tps) if tps else None), (max(rss) if rss else None), \
+        (max(gpu) if gpu else None)
 
 
 def spread(xs):
@@ -138,7 +143,8 @@ def main():
     ap.add_argument("--norms", default="layer,power,batch")
     ap.add_argument("--ranks", default="1", help="rank counts (CPU; a GPU runs one rank)")
     ap.add_argument("--torch", default="eager,compile")
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16", help="PyTorch's (bf16: autocast)")
+    ap.add_argument("--pntrain-precisions", default="fp32", help="pntrain's --precision values")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
@@ -157,6 +163,7 @@ def main():
     cores = len(os.sched_getaffinity(0))
     ranks = [1] if a.device == "cuda" else [int(r) for r in a.ranks.split(",")]
     keys = ["%s_%s" % (m, p) for p in a.precisions.split(",") for m in a.torch.split(",")]
+    pn_precs = a.pntrain_precisions.split(",")
     longest = 30.0
 
     def run(tag, cmd, env=None):
@@ -250,36 +257,42 @@ def main():
                        "shape": [int(cfg.get(k, v)) for k, v in (("decoder-layers", 2),
                                                                  ("decoder-embed-dim", 128),
                                                                  ("tokens-per-sample", 64))],
-                       "pntrain_fp32": [], "pntrain_rss_mb": [], "torch": {k: [] for k in keys},
-                       "torch_rss_mb": {k: [] for k in keys}}
+                       "pntrain": {p: [] for p in pn_precs}, "pntrain_rss_mb": [],
+                       "pntrain_gpu_mb": [], "torch": {k: [] for k in keys},
+                       "torch_rss_mb": {k: [] for k in keys}, "torch_gpu_mb": {k: [] for k in keys}}
                 for rep in range(a.repeats):
                     tag = "%s_%s_r%d_%d" % (cname, ntag, R, rep + 1)
-                    metrics = os.path.join(a.out, "pntrain_%s.jsonl" % tag)
-                    if os.path.exists(metrics):
-                        os.remove(metrics)
-                    cmd = pntrain_cmd(config, data, norm_flags, R, threads,
-                                      ["--max-update", str(total), "--log-interval", "5",
-                                       "--metrics", metrics])
-                    status = run("pntrain_" + tag, cmd)
-                    pn, rss = median_tps(metrics, a.warmup) if status == "ok" else (status, None)
-                    row["pntrain_fp32"].append(pn)
-                    row["pntrain_rss_mb"].append(rss)
-                    log = open(os.path.join(a.out, "pntrain_%s.log" % tag)).read() \
-                        if status == "ok" else ""
-                    # "vocabulary V," (LM) or "vocabulary Vs / Vt (joint)," (translation: the
-                    # twin checks the target's)
-                    vocab = next((first_number(l.split(": vocabulary ")[1].split(",")[0]
-                                               .split(" / ")[-1])
-                                  for l in log.splitlines() if ": vocabulary " in l), None)
-                    row.setdefault("params", next((int(l.split("total ")[1].split(" parameters")[0])
-                                                   for l in log.splitlines()
-                                                   if "total " in l and " parameters" in l), None))
-                    losses = metrics_losses(metrics) if status == "ok" else []
-                    if losses:
-                        row.setdefault("pntrain_loss_first", losses[0])
-                    print("%s %-6s %d rank(s) #%d pntrain fp32: %s" % (
-                        cname, ntag, R, rep + 1, "%.0f tok/s" % pn if status == "ok" else status),
-                        flush=True)
+                    for prec in pn_precs:
+                        ptag = tag if prec == "fp32" else "%s_%s" % (tag, prec)
+                        metrics = os.path.join(a.out, "pntrain_%s.jsonl" % ptag)
+                        if os.path.exists(metrics):
+                            os.remove(metrics)
+                        cmd = pntrain_cmd(config, data, norm_flags, R, threads,
+                                          ["--max-update", str(total), "--log-interval", "5",
+                                           "--precision", prec, "--metrics", metrics])
+                        status = run("pntrain_" + ptag, cmd)
+                        pn, rss, gpu_mb = median_tps(metrics, a.warmup) if status == "ok" \
+                            else (status, None, None)
+                        row["pntrain"][prec].append(pn)
+                        row["pntrain_rss_mb"].append(rss)
+                        row["pntrain_gpu_mb"].append(gpu_mb)
+                        log = open(os.path.join(a.out, "pntrain_%s.log" % ptag)).read() \
+                            if status == "ok" else ""
+                        # "vocabulary V," (LM) or "vocabulary Vs / Vt (joint)," (translation:
+                        # the twin checks the target's)
+                        vocab = next((first_number(l.split(": vocabulary ")[1].split(",")[0]
+                                                   .split(" / ")[-1])
+                                      for l in log.splitlines() if ": vocabulary " in l), None)
+                        row.setdefault("params", next(
+                            (int(l.split("total ")[1].split(" parameters")[0])
+                             for l in log.splitlines() if "total " in l and " parameters" in l),
+                            None))
+                        losses = metrics_losses(metrics) if status == "ok" else []
+                        if losses:
+                            row.setdefault("pntrain_loss_first", losses[0])
+                        print("%s %-6s %d rank(s) #%d pntrain %s: %s" % (
+                            cname, ntag, R, rep + 1, prec,
+                            "%.0f tok/s" % pn if status == "ok" else status), flush=True)
                     for key in keys:
                         mode, prec = key.split("_")
                         cmd = [a.python, os.path.join(HERE, "train_torch.py"), "--config", config]
@@ -291,17 +304,19 @@ def main():
                         cmd += ["--compile"] if mode == "compile" else []
                         ttag = "torch_%s_%s" % (tag, key)
                         status = run(ttag, cmd, {"OMP_NUM_THREADS": str(threads)})
-                        tps, trss = status, None
+                        tps, trss, tgpu = status, None, None
                         if status == "ok":
                             last = json.loads(open(os.path.join(a.out, ttag + ".log")).read()
                                               .strip().splitlines()[-1])
                             tps, trss = last.get("tokens_per_s"), max(last.get("peak_rss_mb", [0]))
+                            tgpu = last.get("device_peak_mb")
                             row.setdefault("gpu", last.get("gpu"))
                             row.setdefault("torch_version", last.get("torch"))
                             row.setdefault("torch_params", last.get("params"))
                             row.setdefault("torch_loss_first", last.get("loss_first"))
                         row["torch"][key].append(tps)
                         row["torch_rss_mb"][key].append(trss)
+                        row["torch_gpu_mb"][key].append(tgpu)
                         print("%s %-6s %d rank(s) #%d PyTorch %-13s %s" % (
                             cname, ntag, R, rep + 1, key + ":",
                             "%.0f tok/s" % tps if isinstance(tps, float) else tps), flush=True)
@@ -322,27 +337,36 @@ def main():
     lines = ["%s; PyTorch %s (%s); %d warm-up + %d measured updates, dropout 0; tokens/s, "
              "median of %d run(s) (range)" % (where, version, a.python, a.warmup, a.updates,
                                              a.repeats), ""]
-    head = ["config", "norm", "ranks x threads", "pntrain fp32"] + ["PyTorch " + k for k in keys] \
-        + ["pn / " + k for k in keys] + ["RSS MB pntrain / PyTorch (least)"] \
-        + (["MFU pntrain"] if a.device == "cuda" else [])
+    # Each PyTorch column is set against pntrain in the same precision where that ran, else fp32.
+    pn_of = {k: (k.split("_")[1] if k.split("_")[1] in pn_precs else pn_precs[0]) for k in keys}
+    head = ["config", "norm", "ranks x threads"] + ["pntrain " + p for p in pn_precs] \
+        + ["PyTorch " + k for k in keys] + ["pn %s / %s" % (pn_of[k], k) for k in keys] \
+        + ["RSS MB pntrain / PyTorch (least)"] \
+        + (["GPU MB pntrain / PyTorch (least)"] + ["MFU pntrain " + p for p in pn_precs]
+           if a.device == "cuda" else [])
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r["config"], r["norm"], "%d x %d" % (r["ranks"], r["threads"]),
-                 spread(r["pntrain_fp32"])]
+        cells = [r["config"], r["norm"], "%d x %d" % (r["ranks"], r["threads"])]
+        cells += [spread(r["pntrain"][p]) for p in pn_precs]
         cells += [spread(r["torch"][k]) for k in keys]
-        cells += [ratio(r["pntrain_fp32"], r["torch"][k]) for k in keys]
+        cells += [ratio(r["pntrain"][pn_of[k]], r["torch"][k]) for k in keys]
         prss = [x for x in r["pntrain_rss_mb"] if x]
         trss = [x for k in keys for x in r["torch_rss_mb"][k] if x]
         cells.append("%.0f / %.0f" % (max(prss), min(trss)) if prss and trss else "n/a")
         if a.device == "cuda":
+            pgpu = [x for x in r["pntrain_gpu_mb"] if x]
+            tgpu = [x for k in keys for x in r["torch_gpu_mb"][k] if x]
+            cells.append("%.0f / %.0f" % (max(pgpu), min(tgpu)) if pgpu and tgpu else "n/a")
             L, d, T = r["shape"]
-            pn = [x for x in r["pntrain_fp32"] if isinstance(x, (int, float))]
             # 6N + 6LdT counts a decoder-only LM's tokens: no figure for the encoder-decoder.
             lm = r.get("arch") != "transformer"
             flops = (6 * r["params"] + 6 * L * d * T) if r.get("params") and lm else None
-            r["mfu_pntrain"] = statistics.median(pn) * flops / peak if pn and flops and peak \
-                else None
-            cells.append("%.1f%%" % (100 * r["mfu_pntrain"]) if r["mfu_pntrain"] else "n/a")
+            r["mfu_pntrain"] = {}
+            for p in pn_precs:
+                pn = [x for x in r["pntrain"][p] if isinstance(x, (int, float))]
+                mfu = statistics.median(pn) * flops / peak if pn and flops and peak else None
+                r["mfu_pntrain"][p] = mfu
+                cells.append("%.1f%%" % (100 * mfu) if mfu else "n/a")
         lines.append("| " + " | ".join(cells) + " |")
     lines += [""] + same_model_lines(rows, checks)
     print("\n" + "\n".join(lines))

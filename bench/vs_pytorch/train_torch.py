@@ -643,6 +643,8 @@ def run(rank, args, cfg, port, queue):
             "tokens_per_s": statistics.median(tps_list) if tps_list else None,
             "tokens_per_s_all": [round(x, 1) for x in tps_list],
             "peak_rss_mb": rss_list,
+            "device_peak_mb": (torch.cuda.max_memory_allocated() / 2**20
+                               if args.device == "cuda" else None),
             "loss": [round(x, 4) for x in losses[meas]],
             "loss_first": round(losses[0], 4) if losses else None,
             "loss_all": [round(x, 6) for x in losses],

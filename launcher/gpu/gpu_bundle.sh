@@ -72,8 +72,10 @@ fi
 # The C library the bundle needs at least (the GPU machine's is newer, which is fine).
 bundle_glibc "$STAGE" > "$STAGE/GLIBC"
 
-# The PTB corpus for the tokens/s comparison, when it is beside the repository.
-[ -d "$ROOT/../shared/data/ptb" ] && cp -r "$ROOT/../shared/data/ptb" "$STAGE/ptb"
+# The corpora of the tokens/s comparisons (PTB, WikiText-2), when they are beside the repository.
+for corpus in ptb wikitext-2; do
+  [ -d "$ROOT/../shared/data/$corpus" ] && cp -r "$ROOT/../shared/data/$corpus" "$STAGE/$corpus"
+done
 git -C "$ROOT" rev-parse HEAD > "$STAGE/COMMIT" 2>/dev/null || echo unknown > "$STAGE/COMMIT"
 tar -C "$STAGE" -czf "$OUT/pn-gpu.tar.gz" .
 echo "pn gpu-bundle: $OUT/pn-gpu.tar.gz ($(du -h "$OUT/pn-gpu.tar.gz" | cut -f1); every library" \

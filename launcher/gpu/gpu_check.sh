@@ -4,7 +4,9 @@
 # none of pntrain's other dependencies, which DIR (from `pn gpu-bundle DIR`) brings.
 #
 # Options: --steps NAME,NAME runs only those steps (to rerun what failed); --budget-s S is the
-# whole check's time (default 570, so that it ends inside a call of ten minutes).
+# whole check's time (default 570, so that it ends inside a call of ten minutes); --compare
+# 'CONFIG:CORPUS:NORMS ...' the speed comparisons, in order (default: gpt2_small_wt2 on
+# wikitext-2, then ptb_small on ptb, each with layer,power); what the budget leaves out is named.
 #
 # Steps in this order, correctness first and measurements last, each with its own time limit
 # (seconds, in brackets); a step that would end past the budget is not started. Every step is
@@ -25,18 +27,24 @@
 #                   sync groups there against the CPU), when MPI came along
 #   norm_bench      [40] every norm's forward + backward beside a device copy of the same bytes,
 #                   at d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
+#   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
+#                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
+#                   (profile_kernels.txt, largest first)
 #   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
 #                   on the CPU
-#   vs_pytorch      [what is left] the same config against PyTorch on the GPU (eager and
-#                   torch.compile, fp32 and bf16; bench/vs_pytorch/compare.py)
+#   vs_pytorch      [what is left] pntrain in fp32 and bf16 against PyTorch on the GPU (eager
+#                   and torch.compile, fp32 and bf16 autocast; bench/vs_pytorch/compare.py),
+#                   config by config in --compare's order: tokens/s, peak GPU memory, MFU
 set -uo pipefail
 BUNDLE="" OUT="" ONLY="" BUDGET=570
+COMPARE="gpt2_small_wt2:wikitext-2:layer,power ptb_small:ptb:layer,power"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --steps) ONLY=",$2,"; shift 2 ;;
     --budget-s) BUDGET="$2"; shift 2 ;;
+    --compare) COMPARE="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; exit 0 ;;  # the comment above
     *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
   esac
@@ -184,6 +192,15 @@ if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
     -np 2 -x LD_LIBRARY_PATH "$B/bin/pn_cuda_mpi_tests"
 fi
 # ---- measurements --------------------------------------------------------------------------
+NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
+if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
+  step profile 150 "${bundled[@]}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
+    --print-kernel-base function --csv --log-file "$OUT/profile_ncu.csv" \
+    "$B/bin/pntrain" --config "$ROOT/configs/gpt2_small_wt2.ini" --data "$B/wikitext-2" \
+    --device cuda --precision bf16 --dropout 0 --max-update 1 --validate-interval-updates 0
+  python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/profile_ncu.csv" > "$OUT/profile_kernels.txt" &&
+    head -n 12 "$OUT/profile_kernels.txt" >> "$OUT/report.txt"
+fi
 step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
@@ -212,9 +229,21 @@ PY
   if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "no PyTorch with CUDA in python3 here"
   elif [ $left -gt 60 ]; then
-    step vs_pytorch $left python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
-      --data "$B/ptb" --norms layer,power,batch --budget-s $((left - 10)) --out "$OUT/vs_pytorch"
-    [ -f "$OUT/vs_pytorch.log" ] && tail -n 6 "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
+    # One compare.py per config, sharing what is left of the budget; each run it cannot fit is
+    # named in its table.
+    step vs_pytorch $left env COMPARE="$COMPARE" ROOT="$ROOT" B="$B" OUT="$OUT" \
+      DEADLINE=$(($(date +%s) + left - 10)) bash -c '
+      for item in $COMPARE; do
+        IFS=: read -r config corpus norms <<<"$item"
+        echo "== $config on $corpus: $norms"
+        left=$((DEADLINE - $(date +%s)))
+        [ $left -gt 30 ] || { echo "(not run: the budget is spent)"; continue; }
+        python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
+          --configs "$ROOT/configs/$config.ini" --data "$B/$corpus" --norms "$norms" \
+          --pntrain-precisions fp32,bf16 --budget-s $left \
+          --out "$OUT/vs_pytorch_$config" || exit 1
+      done'
+    [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
   else
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi

@@ -1,7 +1,7 @@
 // The GPU-only failure classes a CPU run cannot show, each held by a test that runs on the first
 // GPU (skipped without one): GEMMs on non-square views with padded leading dimensions, fp32
 // GEMMs that stay fp32 after a tf32 context, logits of more than 2^31 elements, and host
-// sources of copies reused at once while the stream is still busy.
+// sources of copies reused at once while the stream is still busy, the peak-memory measure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -162,6 +162,25 @@ TEST(CudaDevice, HostSourceOfACopyIsFreeAtOnce) {
     for (float v : got) bad += v != float(i);
     EXPECT_EQ(bad, 0u) << "copy " << i << ": the device got what the host wrote after the call";
   }
+}
+
+// device_peak_bytes (the metrics' device_peak_mb, beside PyTorch's max_memory_allocated in the
+// benchmark) is the most memory held at once: 12 MB live together, then 2 MB after they are
+// freed, reads at least 12 MB and less than what was ever asked for in all.
+TEST(CudaDevice, PeakMemoryIsTheLargestLiveSet) {
+  PN_REQUIRE_GPU();
+  DeviceScope scope(Device::CUDA, 0);
+  const size_t mb = size_t(1) << 20, before = device_peak_bytes();
+  {
+    Buf<float> a(8 * mb / sizeof(float)), b(4 * mb / sizeof(float));
+    synchronize();
+  }
+  synchronize();  // the frees are stream-ordered
+  Buf<float> c(2 * mb / sizeof(float));
+  synchronize();
+  const size_t peak = device_peak_bytes();
+  EXPECT_GE(peak, std::max(before, 12 * mb));
+  EXPECT_LT(peak, before + 14 * mb) << "counts freed memory as live";
 }
 
 }  // namespace

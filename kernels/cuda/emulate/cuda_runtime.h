@@ -106,9 +106,12 @@ enum cudaMemcpyKind {
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaMemPoolAttr { cudaMemPoolAttrUsedMemCurrent = 7, cudaMemPoolAttrUsedMemHigh = 8 };
 
 struct CUstream_st;
 struct CUevent_st;
+struct CUmemPoolHandle_st;
+using cudaMemPool_t = CUmemPoolHandle_st*;  // the emulator has one pool: every device allocation
 using cudaStream_t = CUstream_st*;  // nullptr: the legacy default stream
 using cudaEvent_t = CUevent_st*;
 constexpr unsigned cudaStreamDefault = 0, cudaStreamNonBlocking = 1;
@@ -143,6 +146,8 @@ cudaError_t cudaDriverGetVersion(int* v);
 cudaError_t cudaRuntimeGetVersion(int* v);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value);
 
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);

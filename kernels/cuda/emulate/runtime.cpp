@@ -6,6 +6,7 @@
 // the blocking streams and they for it, as CUDA's legacy stream does.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -114,7 +115,7 @@ struct Alloc {
 };
 std::mutex allocs_mu;
 std::map<uintptr_t, Alloc> allocs;
-size_t device_bytes = 0;
+size_t device_bytes = 0, device_bytes_high = 0;  // live, and the most ever live
 
 const Alloc* find_alloc(const void* p, uintptr_t* base) {
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -143,7 +144,7 @@ void* allocate(size_t bytes, Kind k) {
   if (k == Kind::device) std::memset(p, 0xff, bytes);
   std::lock_guard<std::mutex> l(allocs_mu);
   allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, k};
-  if (k == Kind::device) device_bytes += bytes;
+  if (k == Kind::device) device_bytes_high = std::max(device_bytes_high, device_bytes += bytes);
   return p;
 }
 cudaError_t release(void* p, Kind k, const char* call) {
@@ -374,6 +375,21 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 // ---- memory ---------------------------------------------------------------------------------
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  if (device != 0) return fail_with(cudaErrorInvalidDevice, "cudaDeviceGetDefaultMemPool(%d)", device);
+  static int the_pool;
+  *pool = reinterpret_cast<cudaMemPool_t>(&the_pool);
+  return cudaSuccess;
+}
+// The used-memory counters of the one pool (uint64_t, as CUDA's); other attributes are refused.
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (!pool || (attr != cudaMemPoolAttrUsedMemCurrent && attr != cudaMemPoolAttrUsedMemHigh))
+    return fail_with(cudaErrorInvalidValue, "cudaMemPoolGetAttribute(%d)", int(attr));
+  std::lock_guard<std::mutex> l(allocs_mu);
+  *static_cast<uint64_t*>(value) =
+      attr == cudaMemPoolAttrUsedMemHigh ? device_bytes_high : device_bytes;
+  return cudaSuccess;
+}
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = allocate(bytes, Kind::device);
   return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);
