@@ -266,36 +266,36 @@ void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, c
 // ---- loss ---------------------------------------------------------------------------------------
 template <class T>
 void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      T label_smoothing, T grad_scale, double* sums) {
+                      int ld, T label_smoothing, T grad_scale, double* sums) {
   PN_RUN(T, softmax_xent_acc,
-         cuda::softmax_xent_acc(logits, target, mask, rows, V, label_smoothing, grad_scale, sums,
-                                s),
-         logits, target, mask, rows, V, label_smoothing, grad_scale, sums);
+         cuda::softmax_xent_acc(logits, target, mask, rows, V, ld, label_smoothing, grad_scale,
+                                sums, s),
+         logits, target, mask, rows, V, ld, label_smoothing, grad_scale, sums);
 }
 template <class T>
 void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
-                           int V, T label_smoothing, double* sums) {
+                           int V, int ld, T label_smoothing, double* sums) {
   PN_RUN(T, softmax_xent_eval_acc,
-         cuda::softmax_xent_eval_acc(logits, target, mask, rows, V, label_smoothing, sums, s),
-         logits, target, mask, rows, V, label_smoothing, sums);
+         cuda::softmax_xent_eval_acc(logits, target, mask, rows, V, ld, label_smoothing, sums, s),
+         logits, target, mask, rows, V, ld, label_smoothing, sums);
 }
 template <class T>
 LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      T label_smoothing, T grad_scale) {
+                      int ld, T label_smoothing, T grad_scale) {
   if (current_device() == Device::CPU)
-    return cpu::softmax_xent<T>(logits, target, mask, rows, V, label_smoothing, grad_scale);
+    return cpu::softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   const auto s = fetch_sums<3>([&](double* dev) {
-    softmax_xent_acc<T>(logits, target, mask, rows, V, label_smoothing, grad_scale, dev);
+    softmax_xent_acc<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, dev);
   });
   return {s[0], s[1], s[2]};
 }
 template <class T>
 LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
-                           int V, T label_smoothing) {
+                           int V, int ld, T label_smoothing) {
   if (current_device() == Device::CPU)
-    return cpu::softmax_xent_eval<T>(logits, target, mask, rows, V, label_smoothing);
+    return cpu::softmax_xent_eval<T>(logits, target, mask, rows, V, ld, label_smoothing);
   const auto s = fetch_sums<3>([&](double* dev) {
-    softmax_xent_eval_acc<T>(logits, target, mask, rows, V, label_smoothing, dev);
+    softmax_xent_eval_acc<T>(logits, target, mask, rows, V, ld, label_smoothing, dev);
   });
   return {s[0], s[1], s[2]};
 }

@@ -35,16 +35,15 @@ void Embedding<T>::backward(const int32_t* tok, const T* dy, int rows) const {
 }
 
 template <class T>
-void Embedding<T>::output_forward(const T* h, int rows, T* logits) const {
-  k::gemm<T>(false, true, rows, vocab, dim, T(1), h, dim, store->p(table), dim, T(0), logits,
-             vocab);
+void Embedding<T>::output_forward(const T* h, int rows, T* logits, int ld) const {
+  k::gemm<T>(false, true, rows, vocab, dim, T(1), h, dim, store->p(table), dim, T(0), logits, ld);
 }
 
 template <class T>
-void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, T* dh) const {
-  k::gemm<T>(false, false, rows, dim, vocab, T(1), dlogits, vocab, store->p(table), dim, T(0), dh,
+void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const {
+  k::gemm<T>(false, false, rows, dim, vocab, T(1), dlogits, ld, store->p(table), dim, T(0), dh,
              dim);
-  k::gemm<T>(true, false, vocab, dim, rows, T(1), dlogits, vocab, h, dim, T(1), store->g(table),
+  k::gemm<T>(true, false, vocab, dim, rows, T(1), dlogits, ld, h, dim, T(1), store->g(table),
              dim);
 }
 

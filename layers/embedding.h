@@ -1,6 +1,9 @@
 // Token embedding scaled by sqrt(d) plus sinusoidal positions, and the tied output projection.
 //   forward:  h[i] = sqrt(d) * E[tok[i]] + P[i mod T]
 //   output:   logits = h E^T;  dh = dlogits E;  dE += dlogits^T h
+// The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
+// a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels (a vocabulary
+// such as WikiText-2's 33,279 words).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,8 +25,9 @@ struct Embedding {
   T scale() const;
   void forward(const int32_t* tok, int rows, int seq_len, T* y) const;
   void backward(const int32_t* tok, const T* dy, int rows) const;  // accumulates dE
-  void output_forward(const T* h, int rows, T* logits) const;
-  void output_backward(const T* h, const T* dlogits, int rows, T* dh) const;  // dh overwritten
+  int logits_ld() const { return (vocab + 7) / 8 * 8; }
+  void output_forward(const T* h, int rows, T* logits, int ld) const;
+  void output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const;  // dh overwritten
 };
 
 }  // namespace pn

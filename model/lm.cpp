@@ -75,8 +75,8 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
   }
   f.resize(n);
   norm_final->forward(h_last.data(), mask, rows, f.data(), training);
-  logits.resize(size_t(rows) * config.vocab);
-  embed.output_forward(f.data(), rows, logits.data());
+  logits.resize(size_t(rows) * embed.logits_ld());
+  embed.output_forward(f.data(), rows, logits.data(), embed.logits_ld());
 }
 
 template <class T>
@@ -92,13 +92,13 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
   k::softmax_xent_acc<T>(logits.data(), targets.data(), mask, rows, config.vocab,
-                         T(config.label_smoothing), grad_scale, loss_sums);
+                         embed.logits_ld(), T(config.label_smoothing), grad_scale, loss_sums);
   // logits now hold dloss/dlogits. grad_a carries the residual-stream gradient.
   grad_a.resize(n);
   grad_b.resize(n);
   grad_c.resize(n);
   T* df = grad_c.data();
-  embed.output_backward(f.data(), logits.data(), rows, df);
+  embed.output_backward(f.data(), logits.data(), rows, embed.logits_ld(), df);
   norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
   if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
@@ -126,7 +126,8 @@ template <class T>
 void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
   forward(batch, false, 0);
   k::softmax_xent_eval_acc<T>(logits.data(), targets.data(), mask.data(), batch.rows(),
-                              config.vocab, T(config.label_smoothing), loss_sums);
+                              config.vocab, embed.logits_ld(), T(config.label_smoothing),
+                              loss_sums);
 }
 
 template <class T>

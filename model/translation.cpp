@@ -181,8 +181,9 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
   }
   f.resize(n);
   dec_norm_final->forward(dec_h.data(), mask, rows, f.data(), training);
-  logits.resize(size_t(rows) * config.tgt_vocab);
-  target_embedding().output_forward(f.data(), rows, logits.data());
+  const int ld = target_embedding().logits_ld();
+  logits.resize(size_t(rows) * ld);
+  target_embedding().output_forward(f.data(), rows, logits.data(), ld);
 }
 
 template <class T>
@@ -200,7 +201,8 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   const uint8_t* smask = src_mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  k::softmax_xent_acc<T>(logits.data(), tgt_tok.data(), tmask, rows_t, config.tgt_vocab,
+  const int ld = target_embedding().logits_ld();
+  k::softmax_xent_acc<T>(logits.data(), tgt_tok.data(), tmask, rows_t, config.tgt_vocab, ld,
                          T(config.label_smoothing), grad_scale, loss_sums);
   const size_t nmax = std::max(nt, ns);
   grad_a.resize(nmax), grad_b.resize(nmax), grad_c.resize(nmax);
@@ -213,7 +215,7 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
     k::copy<T>(ga, n, df);
     if (drop) k::dropout_apply<T>(df, keep.data(), n, p);
   };
-  target_embedding().output_backward(f.data(), logits.data(), rows_t, df);
+  target_embedding().output_backward(f.data(), logits.data(), rows_t, ld, df);
   dec_norm_final->backward(dec_h.data(), df, tmask, rows_t, ga);
   ready(dec_final_begin);
   grad_enc.assign(ns, T(0));  // every decoder block's cross-attention adds to it
@@ -265,7 +267,8 @@ void TranslationModel<T>::evaluate(const ParallelBatch& batch, double* loss_sums
   forward(batch, training, 0);
   k::softmax_xent_eval_acc<T>(logits.data(), tgt_tok.data(), tgt_mask.data(),
                               batch.nseq * batch.tgt_len, config.tgt_vocab,
-                              T(config.label_smoothing), loss_sums);
+                              target_embedding().logits_ld(), T(config.label_smoothing),
+                              loss_sums);
 }
 
 template <class T>
@@ -367,7 +370,7 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
     k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
   }
   dec_norm_final->forward(x, ones, N, st->a.data(), false);
-  emb.output_forward(st->a.data(), N, st->logprobs.data());
+  emb.output_forward(st->a.data(), N, st->logprobs.data(), V);  // packed: beam search reads them
   k::log_softmax_rows<T>(st->logprobs.data(), N, V);
   copy_to_host(logprobs, st->logprobs.data(), size_t(N) * V * sizeof(T));
   synchronize();

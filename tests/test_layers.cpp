@@ -39,14 +39,18 @@ TEST(Linear, GradientMatchesFiniteDifferences) {
   expect_gradient("dW,db", s.data, dparam, loss);
 }
 
+// The output projection with its logits' rows padded (ld 16 for 11 words, as logits_ld() pads):
+// the padding never enters the gradients, and output_forward leaves it untouched.
 TEST(Embedding, GradientOfInputAndTiedOutput) {
   const int V = 11, d = 6, T = 4, rows = 8;
   ParamStore<double> s;
   Embedding<double> emb(s, "embed", V, d, T, 0);
+  const int ld = emb.logits_ld();
+  ASSERT_EQ(ld, 16);
   s.allocate(5);
   std::vector<int32_t> tok = {1, 3, 3, 10, 0, 2, 7, 3};
-  auto w = randn(size_t(rows) * d, 6), wl = randn(size_t(rows) * V, 7);
-  std::vector<double> y(rows * d), logits(rows * V), dh(rows * d);
+  auto w = randn(size_t(rows) * d, 6), wl = randn(size_t(rows) * ld, 7);
+  std::vector<double> y(rows * d), logits(rows * ld, 0.0), dh(rows * d);
   auto loss_in = [&] {
     emb.forward(tok.data(), rows, T, y.data());
     return dot(y, w);
@@ -59,11 +63,13 @@ TEST(Embedding, GradientOfInputAndTiedOutput) {
   std::fill(s.grad.begin(), s.grad.end(), 0.0);
   auto h = randn(size_t(rows) * d, 8);
   auto loss_out = [&] {
-    emb.output_forward(h.data(), rows, logits.data());
+    emb.output_forward(h.data(), rows, logits.data(), ld);
     return dot(logits, wl);
   };
   loss_out();
-  emb.output_backward(h.data(), wl.data(), rows, dh.data());
+  for (int r = 0; r < rows; ++r)
+    for (int j = V; j < ld; ++j) ASSERT_EQ(logits[size_t(r) * ld + j], 0.0) << "padding written";
+  emb.output_backward(h.data(), wl.data(), rows, ld, dh.data());
   expect_gradient("dh (output)", h, dh, loss_out);
   dE = s.grad;
   expect_gradient("dE (output)", s.data, dE, loss_out);
@@ -141,9 +147,9 @@ TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
   auto z = randn(size_t(rows) * V, 23);
   std::vector<int32_t> t = {0, 3, 6, 2};
   std::vector<uint8_t> mask = {1, 1, 0, 1};
-  auto loss = [&] { return k::softmax_xent_eval<double>(z.data(), t.data(), mask.data(), rows, V, eps).loss; };
+  auto loss = [&] { return k::softmax_xent_eval<double>(z.data(), t.data(), mask.data(), rows, V, V, eps).loss; };
   std::vector<double> g = z;
-  const k::LossSums sums = k::softmax_xent<double>(g.data(), t.data(), mask.data(), rows, V, eps, 1.0);
+  const k::LossSums sums = k::softmax_xent<double>(g.data(), t.data(), mask.data(), rows, V, V, eps, 1.0);
   EXPECT_EQ(sums.ntokens, 3);
   expect_gradient("dlogits", z, g, loss);
   // Value against the definition for row 0.
@@ -154,9 +160,34 @@ TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
   double smooth = 0;
   for (int j = 0; j < V; ++j) smooth += lse - z[j];
   const double eps_i = eps / (V - 1);
-  const auto one = k::softmax_xent_eval<double>(z.data(), t.data(), nullptr, 1, V, eps);
+  const auto one = k::softmax_xent_eval<double>(z.data(), t.data(), nullptr, 1, V, V, eps);
   EXPECT_NEAR(one.loss, (1 - eps - eps_i) * nll0 + eps_i * smooth, 1e-12);
   EXPECT_NEAR(one.nll, nll0, 1e-12);
+}
+
+// Rows ld apart (the models pad them to 8 words): the same sums and gradient as packed rows,
+// and the padding neither read nor written.
+TEST(Loss, PaddedRowsAreThePackedRows) {
+  const int rows = 5, V = 13, ld = 16;
+  const auto packed = randn(size_t(rows) * V, 41, 2.0);
+  std::vector<double> padded(size_t(rows) * ld, 1e300);
+  for (int r = 0; r < rows; ++r)
+    std::copy_n(packed.begin() + size_t(r) * V, V, padded.begin() + size_t(r) * ld);
+  std::vector<int32_t> t = {0, 12, 5, 7, 3};
+  std::vector<uint8_t> mask = {1, 1, 0, 1, 1};
+  const auto e1 = k::softmax_xent_eval<double>(packed.data(), t.data(), mask.data(), rows, V, V, 0.1);
+  const auto e2 = k::softmax_xent_eval<double>(padded.data(), t.data(), mask.data(), rows, V, ld, 0.1);
+  EXPECT_EQ(e1.loss, e2.loss);
+  EXPECT_EQ(e1.ntokens, 4);
+  std::vector<double> g1 = packed, g2 = padded;
+  const auto s1 = k::softmax_xent<double>(g1.data(), t.data(), mask.data(), rows, V, V, 0.1, 0.5);
+  const auto s2 = k::softmax_xent<double>(g2.data(), t.data(), mask.data(), rows, V, ld, 0.1, 0.5);
+  EXPECT_EQ(s1.loss, s2.loss);
+  EXPECT_EQ(s1.nll, s2.nll);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < V; ++j) EXPECT_EQ(g1[size_t(r) * V + j], g2[size_t(r) * ld + j]);
+    for (int j = V; j < ld; ++j) EXPECT_EQ(g2[size_t(r) * ld + j], 1e300) << "padding written";
+  }
 }
 
 TEST(Loss, FloatPathMatchesDoubleOnAWideVocabulary) {
@@ -169,8 +200,8 @@ TEST(Loss, FloatPathMatchesDoubleOnAWideVocabulary) {
   std::vector<float> zf(zd.begin(), zd.end());
   std::vector<int32_t> t = {7, 11, 4999};
   std::vector<double> gd(zf.begin(), zf.end());  // same rounded inputs
-  const auto d = k::softmax_xent<double>(gd.data(), t.data(), nullptr, rows, V, 0.1, 1.0);
-  const auto f = k::softmax_xent<float>(zf.data(), t.data(), nullptr, rows, V, 0.1f, 1.0f);
+  const auto d = k::softmax_xent<double>(gd.data(), t.data(), nullptr, rows, V, V, 0.1, 1.0);
+  const auto f = k::softmax_xent<float>(zf.data(), t.data(), nullptr, rows, V, V, 0.1f, 1.0f);
   EXPECT_NEAR(f.loss, d.loss, 1e-5 * d.loss);
   EXPECT_NEAR(f.nll, d.nll, 1e-5 * d.nll);
   double max_err = 0;

@@ -217,14 +217,14 @@ void expect_padding_invariant(const std::string& enc_norm) {
   plain.evaluate(a);
   padded.evaluate(b);
   double logit_diff = 0;
-  const int V = c.tgt_vocab;
+  const int V = c.tgt_vocab, ld = plain.target_embedding().logits_ld();
   for (int s = 0; s < a.nseq; ++s)
     for (int t = 0; t < a.tgt_len; ++t)
       if (a.tgt_mask[size_t(s) * a.tgt_len + t])
         for (int v = 0; v < V; ++v)
           logit_diff = std::max(logit_diff,
-                                std::abs(plain.logits[(size_t(s) * a.tgt_len + t) * V + v] -
-                                         padded.logits[(size_t(s) * b.tgt_len + t) * V + v]));
+                                std::abs(plain.logits[(size_t(s) * a.tgt_len + t) * ld + v] -
+                                         padded.logits[(size_t(s) * b.tgt_len + t) * ld + v]));
   EXPECT_LT(logit_diff, 1e-10);
 }
 

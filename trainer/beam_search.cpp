@@ -204,7 +204,7 @@ std::vector<int32_t> greedy_decode_reference(TranslationModel<float>& model,
     b.tgt_mask.assign(size_t(b.tgt_len), 1);
     model.evaluate(b);  // leaves the logits of every position in model.logits
     if (step == max_len) break;
-    const float* row = model.logits.data() + size_t(step) * V;
+    const float* row = model.logits.data() + size_t(step) * model.target_embedding().logits_ld();
     int32_t best = -1;
     for (int v = 0; v < V; ++v)
       if (v != Vocabulary::kPad && (best < 0 || row[v] > row[best])) best = int32_t(v);

@@ -84,7 +84,8 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
           ctx[size_t(s)].push_back(Vocabulary::kEos);
           continue;
         }
-        const float* last = model.logits.data() + (size_t(s) * len + size_t(len - 1)) * V;
+        const float* last =
+            model.logits.data() + (size_t(s) * len + size_t(len - 1)) * model.embed.logits_ld();
         row.resize(size_t(V));
         copy_to_host(row.data(), last, size_t(V) * sizeof(float));  // the model's device
         synchronize();

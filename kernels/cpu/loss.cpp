@@ -65,12 +65,12 @@ double row_loss(T* z, int V, int t, T eps, double* loss, double* nll) {
 
 template <class T>
 LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      T eps, T grad_scale) {
+                      int ld, T eps, T grad_scale) {
   double loss = 0, nll = 0, ntok = 0;
   const T eps_i = V > 1 ? eps / T(V - 1) : T(0);
 #pragma omp parallel for reduction(+ : loss, nll, ntok) schedule(static)
   for (int i = 0; i < rows; ++i) {
-    T* z = logits + size_t(i) * V;
+    T* z = logits + size_t(i) * ld;
     if (mask && !mask[i]) {
       for (int j = 0; j < V; ++j) z[j] = T(0);
       continue;
@@ -89,14 +89,14 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
 
 template <class T>
 LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
-                           int V, T eps) {
+                           int V, int ld, T eps) {
   double loss = 0, nll = 0, ntok = 0;
 #pragma omp parallel for reduction(+ : loss, nll, ntok) schedule(static)
   for (int i = 0; i < rows; ++i) {
     if (mask && !mask[i]) continue;
     double l, n;
     // Not written: row_loss<false> only reads.
-    row_loss<false>(const_cast<T*>(logits) + size_t(i) * V, V, target[i], eps, &l, &n);
+    row_loss<false>(const_cast<T*>(logits) + size_t(i) * ld, V, target[i], eps, &l, &n);
     loss += l;
     nll += n;
     ntok += 1;

@@ -11,14 +11,15 @@ namespace pn::k::cpu {
 
 template <class T>
 void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      T label_smoothing, T grad_scale, double* sums) {
-  const LossSums s = softmax_xent<T>(logits, target, mask, rows, V, label_smoothing, grad_scale);
+                      int ld, T label_smoothing, T grad_scale, double* sums) {
+  const LossSums s =
+      softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
 }
 template <class T>
 void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
-                           int V, T label_smoothing, double* sums) {
-  const LossSums s = softmax_xent_eval<T>(logits, target, mask, rows, V, label_smoothing);
+                           int V, int ld, T label_smoothing, double* sums) {
+  const LossSums s = softmax_xent_eval<T>(logits, target, mask, rows, V, ld, label_smoothing);
   sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
 }
 template <class T>

@@ -115,9 +115,9 @@ void layernorm_backward(const float* x, const float* dy, const float* mean, cons
 // ---- loss -----------------------------------------------------------------------------------
 // As k::softmax_xent; the sums (loss, nll, ntokens) are written to sums[0..2] on the device.
 void softmax_xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                  float label_smoothing, float grad_scale, double* sums, cudaStream_t s);
+                  int ld, float label_smoothing, float grad_scale, double* sums, cudaStream_t s);
 void softmax_xent_eval(const float* logits, const int32_t* target, const uint8_t* mask, int rows,
-                       int V, float label_smoothing, double* sums, cudaStream_t s);
+                       int V, int ld, float label_smoothing, double* sums, cudaStream_t s);
 k::LossSums loss_sums_host(const double* sums, cudaStream_t s);  // synchronises s
 
 // ---- optimizer ------------------------------------------------------------------------------
@@ -202,9 +202,11 @@ void dropout_copy(const float* x, const uint8_t* keep, float p, size_t n, float*
 void log_softmax_rows(float* x, int rows, int cols, cudaStream_t s);
 // sums[0..2] += the loss sums; out[0] += sum x^2, out[1] += non-finite count.
 void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      float label_smoothing, float grad_scale, double* sums, cudaStream_t s);
+                      int ld, float label_smoothing, float grad_scale, double* sums,
+                      cudaStream_t s);
 void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,
-                           int rows, int V, float label_smoothing, double* sums, cudaStream_t s);
+                           int rows, int V, int ld, float label_smoothing, double* sums,
+                           cudaStream_t s);
 void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s);
 void fill(double* x, size_t n, double value, cudaStream_t s);
 void add_inplace(double* y, const double* x, size_t n, cudaStream_t s);

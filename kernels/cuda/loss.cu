@@ -18,11 +18,11 @@ namespace {
 // row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows).
 template <bool kGrad>
 __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint8_t* mask, int V,
-                                float eps, float grad_scale, double* row_out) {
+                                int ld, float eps, float grad_scale, double* row_out) {
   __shared__ double shd[kThreads / 32];
   __shared__ float shf[kThreads / 32];
   const int i = blockIdx.x;
-  float* z = logits + size_t(i) * V;
+  float* z = logits + size_t(i) * ld;
   double* out = row_out + size_t(i) * 3;
   if (mask && !mask[i]) {
     if (kGrad)
@@ -72,12 +72,12 @@ __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
 }
 
 template <bool kGrad>
-void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, float eps,
-          float grad_scale, double* sums, cudaStream_t s) {
+void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, int ld,
+          float eps, float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
   if (rows > 0) {
     PN_LAUNCH(xent_row_kernel<kGrad>, rows, kThreads, 0, s)(
-        logits, target, mask, V, eps, grad_scale, row_out);
+        logits, target, mask, V, ld, eps, grad_scale, row_out);
     PN_LAUNCHED();
   }
   PN_LAUNCH(xent_sum_kernel, 1, kThreads, 0, s)(row_out, rows, sums);
@@ -87,14 +87,15 @@ void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, i
 }  // namespace
 
 void softmax_xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                  float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
-  xent<true>(logits, target, mask, rows, V, label_smoothing, grad_scale, sums, s);
+                  int ld, float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
+  xent<true>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, sums, s);
 }
 
 void softmax_xent_eval(const float* logits, const int32_t* target, const uint8_t* mask, int rows,
-                       int V, float label_smoothing, double* sums, cudaStream_t s) {
+                       int V, int ld, float label_smoothing, double* sums, cudaStream_t s) {
   // The eval instantiation never writes the logits.
-  xent<false>(const_cast<float*>(logits), target, mask, rows, V, label_smoothing, 0.f, sums, s);
+  xent<false>(const_cast<float*>(logits), target, mask, rows, V, ld, label_smoothing, 0.f, sums,
+              s);
 }
 
 k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
@@ -106,15 +107,17 @@ k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
 
 
 void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      float label_smoothing, float grad_scale, double* sums, cudaStream_t s) {
+                      int ld, float label_smoothing, float grad_scale, double* sums,
+                      cudaStream_t s) {
   double* tmp = scratch_as<double>(kSlotSums, 3, s);
-  softmax_xent(logits, target, mask, rows, V, label_smoothing, grad_scale, tmp, s);
+  softmax_xent(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);
   add_inplace(sums, tmp, 3, s);
 }
 void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,
-                           int rows, int V, float label_smoothing, double* sums, cudaStream_t s) {
+                           int rows, int V, int ld, float label_smoothing, double* sums,
+                           cudaStream_t s) {
   double* tmp = scratch_as<double>(kSlotSums, 3, s);
-  softmax_xent_eval(logits, target, mask, rows, V, label_smoothing, tmp, s);
+  softmax_xent_eval(logits, target, mask, rows, V, ld, label_smoothing, tmp, s);
   add_inplace(sums, tmp, 3, s);
 }
 

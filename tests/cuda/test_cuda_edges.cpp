@@ -112,11 +112,11 @@ TEST(CudaLarge, LogitsBeyondTwoToThe31Elements) {
   DBuf<int32_t> dtarget(target);
   DBuf<uint8_t> dmask(mask);
   DBuf<double> dsums(3);
-  cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), R, V, 0.1f, 0.5f, dsums.data(),
+  cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), R, V, V, 0.1f, 0.5f, dsums.data(),
                      kStream);
   const k::LossSums g = cuda::loss_sums_host(dsums.data(), kStream);
   const k::LossSums c = k::softmax_xent<float>(rows.data(), target.data() + (R - live), nullptr,
-                                               live, V, 0.1f, 0.5f);
+                                               live, V, V, 0.1f, 0.5f);
   EXPECT_EQ(g.ntokens, live);
   EXPECT_NEAR(g.loss, c.loss, 1e-5 * (1 + std::fabs(c.loss)));
   EXPECT_NEAR(g.nll, c.nll, 1e-5 * (1 + std::fabs(c.nll)));

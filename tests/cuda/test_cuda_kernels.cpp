@@ -283,9 +283,12 @@ TEST(CudaKernels, AttentionDecodingStep) {
   expect_close("attention_step ctx", gctx.download(), ctx, 1e-5, 1e-6);
 }
 
+// Rows ld = V + 3 apart, as the models pad them: the padding, set to a value that would change
+// every sum, is neither read nor written on either device.
 TEST(CudaKernels, LabelSmoothedCrossEntropy) {
   PN_REQUIRE_GPU();
-  const int rows = 29, V = 301;
+  const int rows = 29, V = 301, ld = V + 3;
+  const float pad = 777.f;
   std::vector<int32_t> target(rows);
   for (int i = 0; i < rows; ++i) target[i] = (i * 37) % V;
   DBuf<int32_t> dtarget(target);
@@ -295,12 +298,14 @@ TEST(CudaKernels, LabelSmoothedCrossEntropy) {
         masking == 0 ? std::vector<uint8_t>(rows, 1)
                      : (masking == 1 ? random_mask(rows, 13) : std::vector<uint8_t>(rows, 0));
     DBuf<uint8_t> dmask(mask);
-    auto logits = randf(size_t(rows) * V, 14, 3.f);
+    auto logits = randf(size_t(rows) * ld, 14, 3.f);
+    for (int r = 0; r < rows; ++r)
+      for (int j = V; j < ld; ++j) logits[size_t(r) * ld + j] = pad;
     DBuf<float> dlogits(logits);
 
     const k::LossSums ce =
-        k::softmax_xent_eval<float>(logits.data(), target.data(), mask.data(), rows, V, 0.1f);
-    cuda::softmax_xent_eval(dlogits.data(), dtarget.data(), dmask.data(), rows, V, 0.1f,
+        k::softmax_xent_eval<float>(logits.data(), target.data(), mask.data(), rows, V, ld, 0.1f);
+    cuda::softmax_xent_eval(dlogits.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f,
                             dsums.data(), kStream);
     const k::LossSums ge = cuda::loss_sums_host(dsums.data(), kStream);
     EXPECT_NEAR(ge.loss, ce.loss, 1e-5 * (1 + std::fabs(ce.loss)));
@@ -308,17 +313,23 @@ TEST(CudaKernels, LabelSmoothedCrossEntropy) {
     EXPECT_EQ(ge.ntokens, ce.ntokens);
 
     const k::LossSums c =
-        k::softmax_xent<float>(logits.data(), target.data(), mask.data(), rows, V, 0.1f, 0.25f);
-    cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), rows, V, 0.1f, 0.25f,
+        k::softmax_xent<float>(logits.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.25f);
+    cuda::softmax_xent(dlogits.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.25f,
                        dsums.data(), kStream);
     const k::LossSums g = cuda::loss_sums_host(dsums.data(), kStream);
     EXPECT_NEAR(g.loss, c.loss, 1e-5 * (1 + std::fabs(c.loss)));
     EXPECT_NEAR(g.nll, c.nll, 1e-5 * (1 + std::fabs(c.nll)));
     EXPECT_EQ(g.ntokens, c.ntokens);
-    expect_close("xent dlogits", dlogits.download(), logits, 1e-5, 1e-7);
+    const std::vector<float> got = dlogits.download();
+    expect_close("xent dlogits", got, logits, 1e-5, 1e-7);
+    for (int r = 0; r < rows; ++r)
+      for (int j = V; j < ld; ++j) {
+        ASSERT_EQ(logits[size_t(r) * ld + j], pad) << "the CPU wrote the padding";
+        ASSERT_EQ(got[size_t(r) * ld + j], pad) << "the GPU wrote the padding";
+      }
   }
   // No rows at all.
-  cuda::softmax_xent(nullptr, nullptr, nullptr, 0, V, 0.1f, 1.f, dsums.data(), kStream);
+  cuda::softmax_xent(nullptr, nullptr, nullptr, 0, V, ld, 0.1f, 1.f, dsums.data(), kStream);
   const k::LossSums z = cuda::loss_sums_host(dsums.data(), kStream);
   EXPECT_EQ(z.ntokens, 0);
   EXPECT_EQ(z.loss, 0);
