@@ -45,7 +45,9 @@ enum ScratchSlot {
   kSlotRows = 2,
   kSlotSums = 3,
   kSlotSort = 4,  // embedding_backward: sorted (token, row) pairs and CUB's temporary storage
-  kSlotCount = 5
+  kSlotBf16A = 5,  // gemm in bf16: its operands rounded to bf16
+  kSlotBf16B = 6,
+  kSlotCount = 7
 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }

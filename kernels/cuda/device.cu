@@ -97,9 +97,30 @@ cublasComputeType_t compute(const Blas& b) {
 }
 }  // namespace
 
+namespace {
+// The elements a row-major rows x cols view with leading dimension ld spans in memory.
+size_t view_span(int rows, int cols, int ld) {
+  return rows == 0 || cols == 0 ? 0 : size_t(rows - 1) * size_t(ld) + size_t(cols);
+}
+}  // namespace
+
+// bf16: the operands rounded to bf16 (nearest even) into scratch, then bf16 x bf16 products
+// summed in fp32 (CUBLAS_COMPUTE_32F), which is the CPU's bf16 GEMM to the summation order.
+// Asking _FAST_16BF of fp32 operands instead lets cuBLAS choose TF32 kernels, and it did on an
+// H100 for every GEMM of GPT-2 small: tf32's speed, not bf16's.
 void gemm(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
+  if (b.math == GemmMath::bf16 && K > 0) {
+    const size_t na = ta ? view_span(K, M, lda) : view_span(M, K, lda);
+    const size_t nb = tb ? view_span(N, K, ldb) : view_span(K, N, ldb);
+    __nv_bfloat16* a16 = scratch_as<__nv_bfloat16>(kSlotBf16A, na, b.stream);
+    __nv_bfloat16* b16 = scratch_as<__nv_bfloat16>(kSlotBf16B, nb, b.stream);
+    to_bf16(A, na, a16, b.stream);
+    to_bf16(B, nb, b16, b.stream);
+    gemm_bf16(b, ta, tb, M, N, K, alpha, a16, lda, b16, ldb, beta, C, ldc);
+    return;
+  }
   CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
                             CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute(b),
                             CUBLAS_GEMM_DEFAULT));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/buffer.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/device.h"
 #include "kernels/kernels.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -51,6 +52,33 @@ TEST(CudaKernels, GemmPaddedLeadingDimensions) {
     k::gemm<float>(false, false, M, N, K, 0.9f, A.data() + i * sa, lda, B.data() + i * sb, ldb,
                    0.2f, C.data() + i * sc, ldc);
   expect_close("gemm_strided_batched, padded", dC.download(), C, 1e-5, 1e-5);
+}
+
+// bf16 on the GPU is the CPU's bf16 GEMM: operands rounded to bf16, products summed in fp32, on
+// padded views and every transpose; so within fp32 summation order of it, and visibly apart from
+// the fp32 product (the rounding happened).
+TEST(CudaKernels, Bf16GemmIsTheCpusBf16Gemm) {
+  PN_REQUIRE_GPU();
+  cuda::Blas blas(kStream, GemmMath::bf16);
+  const int M = 40, N = 24, K = 130, pad = 5;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+      const auto A = randf(size_t(ta ? K : M) * lda, 111), B = randf(size_t(tb ? N : K) * ldb, 112);
+      const auto C0 = randf(size_t(M) * ldc, 113);
+      DBuf<float> dA(A), dB(B), dC(C0);
+      cuda::gemm(blas, ta, tb, M, N, K, 0.7f, dA.data(), lda, dB.data(), ldb, 0.5f, dC.data(),
+                 ldc);
+      auto cpu_bf16 = C0, fp32 = C0;
+      k::cpu::gemm_bf16_operands(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.5f,
+                                 cpu_bf16.data(), ldc);
+      k::gemm<float>(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.5f, fp32.data(), ldc);
+      const std::vector<float> got = dC.download();
+      expect_close("bf16 gemm against the CPU's", got, cpu_bf16, 1e-5, 1e-5);
+      double apart = 0;
+      for (size_t i = 0; i < got.size(); ++i) apart = std::max(apart, double(std::fabs(got[i] - fp32[i])));
+      EXPECT_GT(apart, 1e-3) << "the operands were not rounded to bf16";
+    }
 }
 
 // fp32 means fp32: A = 1 + 2^-15 (kept by fp32's 23 bits, lost by tf32's 10), B = 1, so every
