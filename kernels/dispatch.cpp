@@ -89,11 +89,13 @@ template <class T>
 void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
           T beta, T* C, int ldc) {
   // bf16 off a GPU: the context's precision picks the CPU kernel when the call is made (the
-  // stand-in runs it later, on its own thread); a GPU's cuBLAS handle carries it instead.
+  // stand-in runs it later, on its own thread); a GPU's cuBLAS handle carries it instead. The
+  // CPU's bf16 instructions where it has them (oneDNN), else bf16's numerics on fp32 sgemm.
   if constexpr (std::is_same_v<T, float>) {
     if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA)
-      return run<T>("gemm", cpu::gemm_bf16_operands, PN_CUDA(), ta, tb, M, N, K, alpha, A, lda,
-                    B, ldb, beta, C, ldc);
+      return run<T>("gemm",
+                    cpu::bf16_matmul_available() ? cpu::gemm_bf16_matmul : cpu::gemm_bf16_operands,
+                    PN_CUDA(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   PN_RUN(T, gemm, cuda::gemm(blas(s), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), ta,
          tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

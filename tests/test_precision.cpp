@@ -8,10 +8,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/float_rounding.h"
 #include "kernels/device.h"
 #include "kernels/kernels.h"
@@ -104,6 +106,101 @@ TEST(Bf16Gemm, OnlyTheContextsPrecisionRounds) {
   DeviceScope bf16(Device::CPU, 0, GemmMath::bf16);
   k::gemm<double>(false, false, 1, 1, 2, 1.0, ad.data(), 2, bd.data(), 1, 0.0, &cd, 1);
   EXPECT_EQ(cd, 4.0 + 1.0 / 512);
+}
+
+// The fast path (oneDNN's bf16 matmul on AVX512_BF16 or AMX) against the emulated one (sgemm on
+// the rounded operands): both are fp32 sums of the same exact products, so they differ by at most
+// the two summation errors, 2 (K + 1) u of the sum of |products| plus |beta C|. Every transpose
+// combination of the model's shapes, padded leading dimensions, alpha and beta, C's padding left
+// alone; beta 0 overwrites a NaN in C as BLAS does; and the dispatch takes the fast path.
+TEST(Bf16Gemm, MatmulEqualsEmulatedPath) {
+  if (!k::cpu::bf16_matmul_available())
+    GTEST_SKIP() << "no bf16 fast path on this CPU, nothing to compare: "
+                 << k::cpu::bf16_matmul_description();
+  std::printf("%s\n", k::cpu::bf16_matmul_description().c_str());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<GemmShape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({"attention scores, ptb_small's head", false, true, 64, 64, 64});
+  const float scales[][2] = {{1.0f, 0.0f}, {0.7f, 0.5f}, {1.0f, 1.0f}, {0.125f, 0.0f}};
+  int compared = 0;
+  double worst_of_all = 0;
+  for (const GemmShape& shape : shapes)
+    for (int t = 0; t < 4; ++t) {
+      GemmShape s = shape;
+      s.ta = t & 1, s.tb = t & 2;
+      const int a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
+      const int b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
+      const int lda = a_cols + 3, ldb = b_cols + 5, ldc = s.N + 2;
+      std::vector<float> A(size_t(a_rows) * lda), B(size_t(b_rows) * ldb);
+      for (float& x : A) x = normal(rng);
+      for (float& x : B) x = normal(rng);
+      // sum_k |a_ik b_kj| of the rounded operands, for the bound (a double GEMM of |A| and |B|)
+      std::vector<double> abs_a(A.size()), abs_b(B.size()), size(size_t(s.M) * s.N);
+      for (size_t i = 0; i < A.size(); ++i) abs_a[i] = std::fabs(round_to_bf16(A[i]));
+      for (size_t i = 0; i < B.size(); ++i) abs_b[i] = std::fabs(round_to_bf16(B[i]));
+      k::gemm<double>(s.ta, s.tb, s.M, s.N, s.K, 1.0, abs_a.data(), lda, abs_b.data(), ldb, 0.0,
+                      size.data(), s.N);
+      for (const auto& ab : scales) {
+        const float alpha = ab[0], beta = ab[1];
+        std::vector<float> C0(size_t(s.M) * ldc);
+        for (float& x : C0) x = beta == 0.0f ? NAN : normal(rng);
+        std::vector<float> fast = C0, emulated = C0, dispatched = C0;
+        k::cpu::gemm_bf16_matmul(s.ta, s.tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb,
+                                 beta, fast.data(), ldc);
+        k::cpu::gemm_bf16_operands(s.ta, s.tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb,
+                                   beta, emulated.data(), ldc);
+        {
+          DeviceScope bf16(Device::CPU, 0, GemmMath::bf16);
+          k::gemm<float>(s.ta, s.tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta,
+                         dispatched.data(), ldc);
+        }
+        const std::string what = std::string(s.name) + (s.ta ? " A^T" : " A") +
+                                 (s.tb ? " B^T" : " B") + " alpha " + std::to_string(alpha) +
+                                 " beta " + std::to_string(beta);
+        double worst = 0;
+        for (int i = 0; i < s.M; ++i) {
+          for (int j = 0; j < s.N; ++j) {
+            const size_t at = size_t(i) * ldc + j;
+            const double c0 = beta == 0.0f ? 0.0 : C0[at];
+            const double bound = 2 * (s.K + 1) * kFp32Unit *
+                                 (alpha * size[size_t(i) * s.N + j] + std::fabs(beta * c0));
+            ASSERT_TRUE(std::isfinite(fast[at])) << what << " at " << i << "," << j;
+            worst = std::max(worst, std::fabs(double(fast[at]) - emulated[at]) / bound);
+          }
+          for (int j = s.N; j < ldc; ++j) {  // the padding of C is left alone
+            const size_t at = size_t(i) * ldc + j;
+            ASSERT_TRUE(std::memcmp(&fast[at], &C0[at], sizeof(float)) == 0) << what;
+          }
+        }
+        EXPECT_LE(worst, 1.0) << what << ": the fast and emulated paths differ by more than "
+                                         "their fp32 summation";
+        worst_of_all = std::max(worst_of_all, worst);
+        ASSERT_EQ(0, std::memcmp(dispatched.data(), fast.data(), fast.size() * sizeof(float)))
+            << what << ": --precision bf16 did not take the fast path";
+        ++compared;
+      }
+    }
+  std::printf("largest |fast - emulated| / (2 (K + 1) u sum |products|): %.3g\n", worst_of_all);
+  EXPECT_EQ(compared, 7 * 4 * 4);
+}
+
+// The conversion to bf16 is float_rounding.h's, ties to even included: products that only the
+// emulated rounding of each operand makes exact must come out exactly.
+TEST(Bf16Gemm, MatmulRoundsAsTheEmulatedPath) {
+  if (!k::cpu::bf16_matmul_available())
+    GTEST_SKIP() << "no bf16 fast path on this CPU: " << k::cpu::bf16_matmul_description();
+  // 1 + 2^-8 is a tie (rounds down to 1, even), 1 + 3 * 2^-8 a tie up to 1 + 2^-6, and
+  // 1 + 2^-8 + 2^-20 rounds up to 1 + 2^-7: each times 1, summed.
+  const std::vector<float> a = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256,
+                                1.0f + 1.0f / 256 + 1.0f / (1 << 20)};
+  const std::vector<float> b = {1.0f, 1.0f, 1.0f};
+  float fast = 0, emulated = 0;
+  k::cpu::gemm_bf16_matmul(false, false, 1, 1, 3, 1.0f, a.data(), 3, b.data(), 1, 0.0f, &fast, 1);
+  k::cpu::gemm_bf16_operands(false, false, 1, 1, 3, 1.0f, a.data(), 3, b.data(), 1, 0.0f,
+                             &emulated, 1);
+  EXPECT_EQ(emulated, 1.0f + (1.0f + 1.0f / 64) + (1.0f + 1.0f / 128));
+  EXPECT_EQ(fast, emulated);
 }
 
 std::vector<double> train_losses(Device device, GemmMath math, const Options& o) {

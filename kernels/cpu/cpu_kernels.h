@@ -3,6 +3,8 @@
 // tests. Templates instantiated for float (training) and double (gradient checks). Called only
 // by the dispatch in kernels/dispatch.cpp and by tests that compare a device with the CPU.
 #pragma once
+#include <string>
+
 #include "kernels/kernels.h"
 
 namespace pn::k::cpu {
@@ -14,4 +16,14 @@ namespace pn::k::cpu {
 void gemm_bf16_operands(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                         const float* A, int lda, const float* B, int ldb, float beta, float* C,
                         int ldc);
+
+// The same GEMM on the CPU's bf16 instructions through oneDNN's matmul (gemm_bf16.cpp): equal to
+// gemm_bf16_operands up to the order of the fp32 sums. A shape oneDNN cannot make runs
+// gemm_bf16_operands instead.
+void gemm_bf16_matmul(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                      int lda, const float* B, int ldb, float beta, float* C, int ldc);
+// True, checked once, where the CPU has AVX512_BF16 and oneDNN makes a bf16 matmul on it.
+bool bf16_matmul_available();
+// Which of the two computes --precision bf16 here, and why, for the startup summary.
+std::string bf16_matmul_description();
 }  // namespace pn::k::cpu

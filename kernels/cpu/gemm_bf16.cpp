@@ -1,0 +1,190 @@
+// --precision bf16 at a bf16 unit's speed: oneDNN's matmul primitive on bf16 operands, on CPUs
+// with AVX512_BF16 (vdpbf16ps) or AMX (tdpbf16ps). It computes what gemm_bf16_operands
+// (blas.cpp) computes: the operands rounded to bf16 by float_rounding.h, their products (exact in
+// fp32) summed in fp32, C and alpha, beta in fp32; only the order of the fp32 sums differs, and
+// both instructions read a denormal bf16 as zero (values under 1.2e-38: none in training).
+// Creating a primitive costs far more than a small GEMM, and a run repeats a few dozen shapes
+// every micro-step, so each shape's primitive is made once and kept.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_rounding.h"
+
+#ifdef PN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace pn::k::cpu {
+
+#ifdef PN_HAVE_DNNL
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+// A bf16 is the upper half of an fp32 word; round_to_bf16 has already rounded the lower half
+// away (nearest even), so the bits agree with the emulated path. A NaN whose payload sat in the
+// lower half keeps a quiet bit instead of turning into Inf.
+inline uint16_t bf16_bits(float f) {
+  const float r = round_to_bf16(f);
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+  return uint16_t(u >> 16);
+}
+
+// The rows x cols row-major block at p (leading dimension ld), as bf16, packed in out.
+void pack_bf16(const float* p, int rows, int cols, int ld, std::vector<uint16_t>* out) {
+  out->resize(size_t(rows) * cols);
+  uint16_t* o = out->data();
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) o[size_t(r) * cols + c] = bf16_bits(p[size_t(r) * ld + c]);
+}
+
+// op(X) as rows x cols over a packed block: transposed, its elements lie a column apart.
+dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dt type) {
+  const dnnl::memory::dims strides = trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
+  return dnnl::memory::desc({rows, cols}, type, strides);
+}
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// What a GEMM call needs to find its primitive. alpha and beta are part of it: oneDNN 2.6 takes
+// the sum post-op's scale (beta) only when the primitive is made.
+struct MatmulKey {
+  bool ta, tb;
+  int M, N, K, ldc;
+  float alpha, beta;
+  bool operator<(const MatmulKey& o) const {
+    return std::tie(ta, tb, M, N, K, ldc, alpha, beta) <
+           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.ldc, o.alpha, o.beta);
+  }
+};
+
+// A made primitive, or none where oneDNN has no implementation for the shape or only its
+// reference one (a scalar loop, far slower than the emulated path).
+struct Matmul {
+  bool usable = false;
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c;
+  size_t scratch_bytes = 0;
+  std::string impl;
+};
+
+// C = alpha op(A) op(B) + beta C as oneDNN states it: output scale alpha, a sum post-op of scale
+// beta (left out at beta 0, so that C is written without being read, as BLAS does). The user
+// scratchpad keeps the primitive free of per-call state, so threads may share it.
+Matmul make_matmul(const MatmulKey& k) {
+  Matmul m;
+  m.a = operand(k.M, k.K, k.ta ? k.M : k.K, k.ta, dt::bf16);
+  m.b = operand(k.K, k.N, k.tb ? k.K : k.N, k.tb, dt::bf16);
+  m.c = operand(k.M, k.N, k.ldc, false, dt::f32);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
+  if (k.beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(k.beta);
+    attr.set_post_ops(sum);
+  }
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(m.a, m.b, m.c), attr, engine());
+    m.impl = pd.impl_info_str();
+    if (m.impl.rfind("ref", 0) == 0) return m;
+    m.scratch_bytes = pd.scratchpad_desc().get_size();
+    m.prim = dnnl::matmul(pd);
+    m.usable = true;
+  } catch (const dnnl::error&) {
+    // unimplemented here: the shape takes the emulated path
+  }
+  return m;
+}
+
+const Matmul& matmul_for(const MatmulKey& key) {
+  static std::mutex mu;
+  static std::map<MatmulKey, Matmul> made;  // map: references stay valid as it grows
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = made.find(key);
+  if (it == made.end()) it = made.emplace(key, make_matmul(key)).first;
+  return it->second;
+}
+
+// The first bf16 matmul made answers for all: the CPU offers the instructions and oneDNN an
+// implementation other than its reference loop. PN_CPU_WITHOUT=avx512_bf16 shows the emulated
+// path on any CPU.
+const Matmul* probe() {
+  static const Matmul* found = [] {
+    if (!cpu_has("avx512_bf16")) return static_cast<const Matmul*>(nullptr);
+    const Matmul& m = matmul_for({false, true, 64, 64, 64, 64, 1.0f, 1.0f});
+    return m.usable ? &m : nullptr;
+  }();
+  return found;
+}
+
+}  // namespace
+
+bool bf16_matmul_available() { return probe() != nullptr; }
+
+std::string bf16_matmul_description() {
+  if (!cpu_has("avx512_bf16"))
+    return "bf16 GEMMs emulated (" + cpu_model_name() + " has no AVX512_BF16): fp32 speed";
+  if (!probe()) return "bf16 GEMMs emulated (oneDNN made no bf16 matmul here): fp32 speed";
+  const dnnl_version_t* v = dnnl_version();
+  return "bf16 GEMMs on oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
+         "." + std::to_string(v->patch) + "'s matmul (" + probe()->impl + ")";
+}
+
+void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  const Matmul* m = K == 0 ? nullptr : &matmul_for({ta, tb, M, N, K, ldc, alpha, beta});
+  if (!m || !m->usable)
+    return gemm_bf16_operands(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  // Per thread: the attention kernels call GEMMs from inside their own parallel loops.
+  thread_local std::vector<uint16_t> a, b;
+  thread_local std::vector<uint8_t> scratch;
+  thread_local dnnl::stream stream(engine());
+  pack_bf16(A, ta ? K : M, ta ? M : K, lda, &a);
+  pack_bf16(B, tb ? N : K, tb ? K : N, ldb, &b);
+  dnnl::engine& e = engine();
+  std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(m->a, e, a.data())},
+                                                {DNNL_ARG_WEIGHTS, dnnl::memory(m->b, e, b.data())},
+                                                {DNNL_ARG_DST, dnnl::memory(m->c, e, C)}};
+  if (m->scratch_bytes > 0) {
+    scratch.resize(std::max(scratch.size(), m->scratch_bytes));
+    const dnnl::memory::desc bytes({dnnl::memory::dim(m->scratch_bytes)}, dt::u8, {1});
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(bytes, e, scratch.data()));
+  }
+  m->prim.execute(stream, args);
+  stream.wait();
+}
+
+#else  // built without oneDNN: bf16 is always the emulated path
+
+bool bf16_matmul_available() { return false; }
+
+std::string bf16_matmul_description() {
+  return "bf16 GEMMs emulated (built without oneDNN, Debian's libdnnl-dev): fp32 speed";
+}
+
+void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) {
+  gemm_bf16_operands(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+#endif
+
+}  // namespace pn::k::cpu
