@@ -101,6 +101,8 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
          tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+std::string cpu_bf16_gemm_path() { return cpu::bf16_matmul_description(); }
+
 // ---- element-wise -----------------------------------------------------------------------------
 template <class T>
 void fill(T* x, size_t n, T value) {

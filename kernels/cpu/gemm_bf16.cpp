@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -140,8 +141,10 @@ bool bf16_matmul_available() { return probe() != nullptr; }
 
 std::string bf16_matmul_description() {
   if (!cpu_has("avx512_bf16"))
-    return "bf16 GEMMs emulated (" + cpu_model_name() + " has no AVX512_BF16): fp32 speed";
-  if (!probe()) return "bf16 GEMMs emulated (oneDNN made no bf16 matmul here): fp32 speed";
+    return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (no avx512_bf16 flag for " +
+           cpu_model_name() + (std::getenv("PN_CPU_WITHOUT") ? ", or PN_CPU_WITHOUT masks it)" : ")");
+  if (!probe())
+    return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (oneDNN made no bf16 matmul here)";
   const dnnl_version_t* v = dnnl_version();
   return "bf16 GEMMs on oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
          "." + std::to_string(v->patch) + "'s matmul (" + probe()->impl + ")";
@@ -177,7 +180,8 @@ void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const 
 bool bf16_matmul_available() { return false; }
 
 std::string bf16_matmul_description() {
-  return "bf16 GEMMs emulated (built without oneDNN, Debian's libdnnl-dev): fp32 speed";
+  return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (built without oneDNN, Debian's "
+         "libdnnl-dev)";
 }
 
 void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
