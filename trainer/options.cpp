@@ -721,9 +721,9 @@ void validate_options(const Options& o) {
   one_of("optimizer", o.optimizer, kOptimizers);
   const bool on_cpu = o.device == "cpu" || o.device == "sim" ||
                       (o.device == "auto" && cuda_device_count() == 0);
-  // bf16 on a CPU rounds the GEMM operands as a bf16 unit reads them and multiplies them with
-  // fp32 instructions: bf16's numerics, not its speed. Without AVX512_BF16 no faster path could
-  // exist, so the flag is named before any work, unless PN_BF16_EMULATE=1 asks for the numerics.
+  // bf16 on a CPU runs its GEMMs on the CPU's bf16 instructions (kernels/cpu/gemm_bf16.cpp).
+  // Without AVX512_BF16 only bf16's numerics remain (operands rounded, fp32 sgemm), at fp32's
+  // speed, so the flag is named before any work, unless PN_BF16_EMULATE=1 asks for the numerics.
   if (o.precision == "bf16" && on_cpu && !cpu_has("avx512_bf16") && !bf16_emulation_asked())
     fail("--precision bf16 (or --bf16/--fp16) on the CPU needs the AVX512_BF16 instructions, "
          "which " + cpu_model_name() + " lacks (no avx512_bf16 among the flags of "
