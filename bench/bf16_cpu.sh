@@ -49,7 +49,7 @@ for r in $(seq 1 "$REPEATS"); do
   run "bf16_$r" -- --precision bf16
   run "bf16_emulated_$r" PN_CPU_WITHOUT=avx512_bf16 PN_BF16_EMULATE=1 -- --precision bf16
 done
-grep -h "precision bf16:" "$OUT/bf16_1.log" "$OUT/bf16_emulated_1.log" | sed 's/^.*precision/  precision/'
+grep -ho "GEMMs in bf16.*" "$OUT/bf16_1.log" "$OUT/bf16_emulated_1.log"
 
 python3 - "$OUT" "$REPEATS" "$FIRST_UPDATE" "$MAX_UPDATE" <<'PY'
 import json, statistics, sys

@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kernels/kernels.h"
 #include "kernels/sim_device.h"
 
 #ifdef PN_HAVE_CUDA
@@ -315,11 +316,9 @@ std::string cuda_unavailable_reason() {
 
 std::string device_summary() {
   const Context& c = current_context();
+  // bf16 off a GPU is either the CPU's bf16 instructions or only bf16's numerics: say which.
   const std::string bf16_off_gpu =
-      c.gemm_math == GemmMath::bf16
-          ? ", GEMMs in bf16 (operands rounded to bf16, products summed in fp32 instructions: "
-            "bf16's numerics at fp32's speed)"
-          : "";
+      c.gemm_math == GemmMath::bf16 ? ", GEMMs in bf16 (" + k::cpu_bf16_gemm_path() + ")" : "";
   if (c.device == Device::CPU)
     return "cpu (" + std::to_string(num_threads()) + " threads of " +
            std::to_string(hardware_cores()) + " cores)" + bf16_off_gpu;

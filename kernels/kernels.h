@@ -23,8 +23,9 @@ struct LossSums {
 
 #include "kernels/ops.inc"
 
-// How the float GEMMs of --precision bf16 run off a GPU, in words for the startup summary: on the
-// CPU's bf16 instructions (oneDNN) or as bf16's numerics on fp32 sgemm, and why.
+// How the float GEMMs of --precision bf16 run off a GPU, in words for device_summary(): on the
+// CPU's bf16 instructions (oneDNN's matmul and its kernel) or as bf16's numerics on fp32 sgemm,
+// and why.
 std::string cpu_bf16_gemm_path();
 
 }  // namespace pn::k

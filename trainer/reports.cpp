@@ -12,7 +12,6 @@
 #include <sstream>
 
 #include "kernels/device.h"
-#include "kernels/kernels.h"
 #include "trainer/update_loop.h"
 
 namespace pn {
@@ -42,9 +41,6 @@ void Trainer::log_model_summary() {
   LOG(INFO) << "ranks " << comm_.size() << " (" << comm_.name() << "), threads per rank "
             << num_threads() << ", tokens per update "
             << int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq;
-  // bf16 off a GPU is either fast or only bf16's numerics: say which, so a slow run is explained.
-  if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA)
-    LOG(INFO) << "precision bf16: " << k::cpu_bf16_gemm_path();
 }
 
 void Trainer::log_statistics_batches() {

@@ -24,6 +24,6 @@ void gemm_bf16_matmul(bool trans_a, bool trans_b, int M, int N, int K, float alp
                       int lda, const float* B, int ldb, float beta, float* C, int ldc);
 // True, checked once, where the CPU has AVX512_BF16 and oneDNN makes a bf16 matmul on it.
 bool bf16_matmul_available();
-// Which of the two computes --precision bf16 here, and why, for the startup summary.
+// Which of the two computes --precision bf16 here, and why, for the device's summary line.
 std::string bf16_matmul_description();
 }  // namespace pn::k::cpu

@@ -27,6 +27,10 @@
 
 namespace pn::k::cpu {
 
+const std::string kEmulated =
+    "operands rounded to bf16, products summed in fp32 instructions: bf16's numerics at fp32's "
+    "speed";
+
 #ifdef PN_HAVE_DNNL
 namespace {
 
@@ -52,6 +56,13 @@ void pack_bf16(const float* p, int rows, int cols, int ld, std::vector<uint16_t>
     for (int c = 0; c < cols; ++c) o[size_t(r) * cols + c] = bf16_bits(p[size_t(r) * ld + c]);
 }
 
+// The rows x cols block at from (leading dimension from_ld) into to (to_ld); padding untouched.
+void copy_rows(const float* from, int from_ld, float* to, int to_ld, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int r = 0; r < rows; ++r)
+    std::memcpy(to + size_t(r) * to_ld, from + size_t(r) * from_ld, sizeof(float) * cols);
+}
+
 // op(X) as rows x cols over a packed block: transposed, its elements lie a column apart.
 dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dt type) {
   const dnnl::memory::dims strides = trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
@@ -64,14 +75,15 @@ dnnl::engine& engine() {
 }
 
 // What a GEMM call needs to find its primitive. alpha and beta are part of it: oneDNN 2.6 takes
-// the sum post-op's scale (beta) only when the primitive is made.
+// the sum post-op's scale (beta) only when the primitive is made. The operands are packed and C
+// staged densely (below), so no leading dimension is part of it.
 struct MatmulKey {
   bool ta, tb;
-  int M, N, K, ldc;
+  int M, N, K;
   float alpha, beta;
   bool operator<(const MatmulKey& o) const {
-    return std::tie(ta, tb, M, N, K, ldc, alpha, beta) <
-           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.ldc, o.alpha, o.beta);
+    return std::tie(ta, tb, M, N, K, alpha, beta) <
+           std::tie(o.ta, o.tb, o.M, o.N, o.K, o.alpha, o.beta);
   }
 };
 
@@ -92,7 +104,7 @@ Matmul make_matmul(const MatmulKey& k) {
   Matmul m;
   m.a = operand(k.M, k.K, k.ta ? k.M : k.K, k.ta, dt::bf16);
   m.b = operand(k.K, k.N, k.tb ? k.K : k.N, k.tb, dt::bf16);
-  m.c = operand(k.M, k.N, k.ldc, false, dt::f32);
+  m.c = operand(k.M, k.N, k.N, false, dt::f32);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (k.alpha != 1.0f) attr.set_output_scales(0, {k.alpha});
@@ -129,7 +141,7 @@ const Matmul& matmul_for(const MatmulKey& key) {
 const Matmul* probe() {
   static const Matmul* found = [] {
     if (!cpu_has("avx512_bf16")) return static_cast<const Matmul*>(nullptr);
-    const Matmul& m = matmul_for({false, true, 64, 64, 64, 64, 1.0f, 1.0f});
+    const Matmul& m = matmul_for({false, true, 64, 64, 64, 1.0f, 1.0f});
     return m.usable ? &m : nullptr;
   }();
   return found;
@@ -141,31 +153,43 @@ bool bf16_matmul_available() { return probe() != nullptr; }
 
 std::string bf16_matmul_description() {
   if (!cpu_has("avx512_bf16"))
-    return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (no avx512_bf16 flag for " +
-           cpu_model_name() + (std::getenv("PN_CPU_WITHOUT") ? ", or PN_CPU_WITHOUT masks it)" : ")");
+    return kEmulated + "; no avx512_bf16 flag for " + cpu_model_name() +
+           (std::getenv("PN_CPU_WITHOUT") ? ", or PN_CPU_WITHOUT masks it" : "");
   if (!probe())
-    return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (oneDNN made no bf16 matmul here)";
+    return kEmulated + "; oneDNN made no bf16 matmul on " + cpu_model_name();
   const dnnl_version_t* v = dnnl_version();
-  return "bf16 GEMMs on oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) +
-         "." + std::to_string(v->patch) + "'s matmul (" + probe()->impl + ")";
+  return "operands rounded to bf16, products summed in fp32 by oneDNN " +
+         std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + "'s bf16 matmul, " + probe()->impl;
 }
 
 void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
-  const Matmul* m = K == 0 ? nullptr : &matmul_for({ta, tb, M, N, K, ldc, alpha, beta});
+  // oneDNN 2.6 has its AMX kernels only for a dense C: a padded one (the logits, whose rows are
+  // padded to 8 words) gets its vdpbf16ps gemm, slower than AMX on a dense C plus a copy
+  // (ptb_small's logits at 2 threads: 77 ms against 58 ms, 44 of them the GEMM), so C is staged.
+  const bool staged = ldc != N;
+  const Matmul* m = K == 0 ? nullptr : &matmul_for({ta, tb, M, N, K, alpha, beta});
   if (!m || !m->usable)
     return gemm_bf16_operands(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   // Per thread: the attention kernels call GEMMs from inside their own parallel loops.
   thread_local std::vector<uint16_t> a, b;
+  thread_local std::vector<float> dense_c;
   thread_local std::vector<uint8_t> scratch;
   thread_local dnnl::stream stream(engine());
   pack_bf16(A, ta ? K : M, ta ? M : K, lda, &a);
   pack_bf16(B, tb ? N : K, tb ? K : N, ldb, &b);
+  float* c = C;
+  if (staged) {
+    dense_c.resize(size_t(M) * N);
+    c = dense_c.data();
+    if (beta != 0.0f) copy_rows(C, ldc, c, N, M, N);
+  }
   dnnl::engine& e = engine();
   std::unordered_map<int, dnnl::memory> args = {{DNNL_ARG_SRC, dnnl::memory(m->a, e, a.data())},
                                                 {DNNL_ARG_WEIGHTS, dnnl::memory(m->b, e, b.data())},
-                                                {DNNL_ARG_DST, dnnl::memory(m->c, e, C)}};
+                                                {DNNL_ARG_DST, dnnl::memory(m->c, e, c)}};
   if (m->scratch_bytes > 0) {
     scratch.resize(std::max(scratch.size(), m->scratch_bytes));
     const dnnl::memory::desc bytes({dnnl::memory::dim(m->scratch_bytes)}, dt::u8, {1});
@@ -173,6 +197,7 @@ void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const 
   }
   m->prim.execute(stream, args);
   stream.wait();
+  if (staged) copy_rows(c, N, C, ldc, M, N);
 }
 
 #else  // built without oneDNN: bf16 is always the emulated path
@@ -180,8 +205,7 @@ void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const 
 bool bf16_matmul_available() { return false; }
 
 std::string bf16_matmul_description() {
-  return "bf16 GEMMs emulated on fp32 sgemm, at fp32's speed (built without oneDNN, Debian's "
-         "libdnnl-dev)";
+  return kEmulated + "; built without oneDNN (Debian's libdnnl-dev)";
 }
 
 void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
