@@ -29,6 +29,14 @@ CPU="$(grep -m1 -E '^(model name|Model)' /proc/cpuinfo | sed 's/^[^:]*:[[:space:
 FLAGS="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx512_bf16|amx_bf16|amx_tile' |
          tr '\n' ' ')"
 echo "bf16_cpu: CPU: $CPU (${FLAGS:-no bf16 flags}) | cores: $(nproc) | build: $BUILD"
+# OpenBLAS 0.3.21 (Debian 12) takes CPUs it does not know for a Prescott (SSE3), which runs the
+# fp32 GEMMs, and the emulated bf16 ones, at a third of an AVX-512 kernel's speed: say which it
+# chose (OPENBLAS_CORETYPE=SkylakeX overrides it).
+OPENBLAS_SO="$(ldd "$PNTRAIN" | awk '/libopenblas/ {print $3; exit}')"
+CORE="$(python3 -c 'import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1]); lib.openblas_get_corename.restype = ctypes.c_char_p
+print(lib.openblas_get_corename().decode())' "$OPENBLAS_SO" 2>/dev/null || echo unknown)"
+echo "OpenBLAS kernels: $CORE (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
 echo "configs/ptb_small.ini, 1 rank x 2 threads, dropout 0, median tokens_per_s of updates" \
      "$FIRST_UPDATE..$MAX_UPDATE, $REPEATS repeat(s)"
 
