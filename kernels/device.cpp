@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
+#include <iterator>
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -14,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/kernels.h"
 #include "kernels/sim_device.h"
 
@@ -314,14 +317,49 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
+std::string openblas_better_core() {
+  if (std::getenv("OPENBLAS_CORETYPE")) return "";  // chosen by the user (or by a rerun)
+  return better_core_than(openblas_get_corename());
+}
+
+std::string better_core_than(const std::string& openblas_core) {
+  std::string core = openblas_core;
+  for (char& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  static const char* const kOld[] = {"prescott", "core2",     "penryn",  "dunnington",
+                                     "nehalem",  "atom",      "katmai",  "coppermine",
+                                     "northwood", "banias",   "sandybridge", "barcelona",
+                                     "opteron",  "opteron_sse3", "bobcat", "bulldozer",
+                                     "piledriver", "steamroller", "excavator", "unknown"};
+  if (std::find(std::begin(kOld), std::end(kOld), core) == std::end(kOld)) return "";
+  if (cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl") && cpu_has("avx512dq"))
+    return "SkylakeX";
+  if (cpu_has("avx2") && cpu_has("fma")) return "Haswell";
+  return "";
+}
+
+void rerun_with_openblas_core(char** argv) {
+  if (std::getenv("PN_OPENBLAS_FALLBACK")) return;  // this is the rerun
+  const std::string core = openblas_better_core();
+  if (core.empty()) return;
+  setenv("PN_OPENBLAS_FALLBACK", openblas_get_corename(), 1);
+  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");  // execv failed: go on with the kernels OpenBLAS chose
+}
+
 std::string device_summary() {
   const Context& c = current_context();
   // bf16 off a GPU is either the CPU's bf16 instructions or only bf16's numerics: say which.
   const std::string bf16_off_gpu =
       c.gemm_math == GemmMath::bf16 ? ", GEMMs in bf16 (" + k::cpu_bf16_gemm_path() + ")" : "";
+  const char* fallback = std::getenv("PN_OPENBLAS_FALLBACK");
+  const std::string blas =
+      fallback ? std::string(", OpenBLAS kernels ") + openblas_get_corename() + " (OPENBLAS_CORETYPE" +
+                     " set: it chose " + fallback + "'s on this CPU)"
+               : "";
   if (c.device == Device::CPU)
     return "cpu (" + std::to_string(num_threads()) + " threads of " +
-           std::to_string(hardware_cores()) + " cores)" + bf16_off_gpu;
+           std::to_string(hardware_cores()) + " cores)" + blas + bf16_off_gpu;
   if (c.device == Device::Sim) return "sim (the CPU stand-in for a GPU)" + bf16_off_gpu;
 #ifdef PN_HAVE_CUDA
   cudaDeviceProp p{};

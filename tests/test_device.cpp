@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "kernels/buffer.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/device.h"
 #include "kernels/sim_device.h"
 #include "lm_fixtures.h"
 #include "test_translation_fixtures.h"
@@ -372,6 +374,27 @@ TEST(Devices, CudaWithoutAGpuSaysWhy) {
     EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
   }
   EXPECT_EQ(resolve_device("auto", false), Device::CPU);
+}
+
+// OpenBLAS's pre-AVX2 fallback cores (what 0.3.21 runs on CPUs newer than its table) are
+// replaced by the newest core this CPU's instructions allow; a core OpenBLAS recognised is kept.
+// The flags are masked with PN_CPU_WITHOUT to see every branch on any machine.
+TEST(OpenBlasCore, AFallbackCoreGivesWayToTheCpusOwn) {
+  EXPECT_EQ(better_core_than("Haswell"), "");
+  EXPECT_EQ(better_core_than("SkylakeX"), "");
+  EXPECT_EQ(better_core_than("Zen"), "");
+  const bool avx512 = cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl") &&
+                      cpu_has("avx512dq");
+  const bool avx2 = cpu_has("avx2") && cpu_has("fma");
+  EXPECT_EQ(better_core_than("Prescott"), avx512 ? "SkylakeX" : avx2 ? "Haswell" : "");
+  setenv("PN_CPU_WITHOUT", "avx512f", 1);
+  EXPECT_EQ(better_core_than("PRESCOTT"), avx2 ? "Haswell" : "");
+  setenv("PN_CPU_WITHOUT", "avx512f,avx2", 1);
+  EXPECT_EQ(better_core_than("Nehalem"), "");
+  unsetenv("PN_CPU_WITHOUT");
+  setenv("OPENBLAS_CORETYPE", "Prescott", 1);  // the user's choice stands
+  EXPECT_EQ(openblas_better_core(), "");
+  unsetenv("OPENBLAS_CORETYPE");
 }
 
 }  // namespace

@@ -438,6 +438,7 @@ int run_predict(const BenchOptions& b, const pn::Options& opt, const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
+  pn::rerun_with_openblas_core(argv);  // before MPI and any thread: OpenBLAS's kernels
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   std::unique_ptr<pn::Communicator> comm = pn::make_communicator(&argc, &argv);

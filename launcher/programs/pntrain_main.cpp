@@ -144,6 +144,7 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
 }  // namespace
 
 int main(int argc, char** argv) {
+  pn::rerun_with_openblas_core(argv);  // before MPI and any thread: OpenBLAS's kernels
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 0;
   google::InitGoogleLogging(argv[0]);
