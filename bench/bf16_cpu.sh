@@ -11,21 +11,13 @@
 # median of the repeats with their range. PyTorch beside it: bench/vs_pytorch/cpu.sh.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-BUILD="$(abs "${1:-$ROOT/build}")"
-PTB="$(abs "${2:-$ROOT/../shared/data/ptb}")"
-OUT="${3:-$(mktemp -d "${TMPDIR:-/tmp}/bf16_cpu.XXXXXX")}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+# shellcheck source=bench/ptb_bench_start.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ptb_bench_start.sh"
+ptb_bench_start bf16_cpu "$@"
 REPEATS="${REPEATS:-3}"
 MAX_UPDATE="${MAX_UPDATE:-25}"
 FIRST_UPDATE="${FIRST_UPDATE:-6}"
-PNTRAIN="$BUILD/bin/pntrain"
-[ -x "$PNTRAIN" ] || { echo "bf16_cpu.sh: no $PNTRAIN (build first)" >&2; exit 1; }
-[ -f "$PTB/train.txt" ] || { echo "bf16_cpu.sh: no $PTB/train.txt" >&2; exit 1; }
 
-CPU="$(grep -m1 -E '^(model name|Model)' /proc/cpuinfo | sed 's/^[^:]*:[[:space:]]*//')"
 FLAGS="$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -xE 'avx512_bf16|amx_bf16|amx_tile' |
          tr '\n' ' ')"
 echo "bf16_cpu: CPU: $CPU (${FLAGS:-no bf16 flags}) | cores: $(nproc) | build: $BUILD"
@@ -36,7 +28,7 @@ OPENBLAS_SO="$(ldd "$PNTRAIN" | awk '/libopenblas/ {print $3; exit}')"
 CORE="$(python3 -c 'import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1]); lib.openblas_get_corename.restype = ctypes.c_char_p
 print(lib.openblas_get_corename().decode())' "$OPENBLAS_SO" 2>/dev/null || echo unknown)"
-echo "OpenBLAS kernels: $CORE (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset})"
+echo "OpenBLAS kernels of its own choice: $CORE (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; pntrain sets it where that is a pre-AVX2 core, and its device line says so)"
 echo "configs/ptb_small.ini, 1 rank x 2 threads, dropout 0, median tokens_per_s of updates" \
      "$FIRST_UPDATE..$MAX_UPDATE, $REPEATS repeat(s)"
 

@@ -14,24 +14,15 @@
 # MPIRUN_ARGS (extra mpirun arguments; --allow-run-as-root is added when run as root).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-BUILD="$(abs "${1:-$ROOT/build}")"
-PTB="$(abs "${2:-$ROOT/../shared/data/ptb}")"
-OUT="${3:-$(mktemp -d "${TMPDIR:-/tmp}/ptb_throughput.XXXXXX")}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
+# shellcheck source=bench/ptb_bench_start.sh
+. "$(dirname "${BASH_SOURCE[0]}")/ptb_bench_start.sh"
+ptb_bench_start ptb_throughput "$@"
 MAX_UPDATE="${MAX_UPDATE:-60}"
 FIRST_UPDATE="${FIRST_UPDATE:-11}"
 MPIRUN="${MPIRUN:-mpirun}"
 MPI_FLAGS=(${MPIRUN_ARGS:-})
 [ "$(id -u)" -eq 0 ] && MPI_FLAGS=(--allow-run-as-root "${MPI_FLAGS[@]}")
 
-PNTRAIN="$BUILD/bin/pntrain"
-[ -x "$PNTRAIN" ] || { echo "ptb_throughput.sh: no $PNTRAIN (build first)" >&2; exit 1; }
-[ -f "$PTB/train.txt" ] || { echo "ptb_throughput.sh: no $PTB/train.txt" >&2; exit 1; }
-
-CPU="$(grep -m1 -E '^(model name|Model)' /proc/cpuinfo | sed 's/^[^:]*:[[:space:]]*//')"
 COMMON=(--data "$PTB" --config "$ROOT/configs/ptb_small.ini" --max-update "$MAX_UPDATE"
         --validate-interval-updates 0)
 
