@@ -50,14 +50,17 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$BUNDLE" ] && [ -n "$OUT" ] || { echo "usage: pn gpu-check --bundle DIR --out REPORT_DIR" >&2; exit 2; }
-[ -f "$BUNDLE/pn-gpu.tar.gz" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.gz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
+ARCHIVE="$(ls "$BUNDLE"/pn-gpu.tar.xz "$BUNDLE"/pn-gpu.tar.gz 2>/dev/null | head -n 1)"
+[ -n "$ARCHIVE" ] || { echo "pn gpu-check: no $BUNDLE/pn-gpu.tar.xz: run 'pn gpu-bundle $BUNDLE' on a machine with the build dependencies" >&2; exit 2; }
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 B="$(mktemp -d)"
 CHILD=""
 STARTED=$(date -u +%FT%TZ)
-tar -C "$B" -xzf "$BUNDLE/pn-gpu.tar.gz"
+# tar reads either compression; Python's tarfile where tar lacks the xz program.
+tar -C "$B" -xf "$ARCHIVE" 2>/dev/null ||
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$ARCHIVE" "$B"
 export PN_CUDA_REQUIRED=1 OMP_NUM_THREADS="${OMP_NUM_THREADS:-8}" PN_SOURCE_DIR="$ROOT"
 
 # The bundled executables' library path: the bundle's lib/, then CUDA's own libraries wherever
