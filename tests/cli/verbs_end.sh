@@ -57,7 +57,7 @@ check() {
     echo "ok: pn $1 ended by SIG$sig (exit $rc), nothing left: $(grep -m1 '^pn' "$tmp/$name.log")"
   fi
 }
-check test TERM "pntrain" test -R cli_resume_flags
+check test TERM "pntrain" test -R cli_new_user  # about 20 s: still running when the signal comes
 check run TERM "pntrain" run -- "${tiny[@]}" --max-update 100000 --save-dir "$tmp/ck"
 check reproduce TERM "pntrain" reproduce --data builtin --norms layer --no-ablation \
   --out "$tmp/rp" -- "${tiny[@]}" --max-update 100000 --validate-interval-updates 0
