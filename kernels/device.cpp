@@ -341,10 +341,16 @@ void rerun_with_openblas_core(char** argv) {
   if (std::getenv("PN_OPENBLAS_FALLBACK")) return;  // this is the rerun
   const std::string core = openblas_better_core();
   if (core.empty()) return;
+  // The program's own path, not /proc/self/exe: the process keeps its name (ps, pkill pntrain).
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return;
+  self[n] = '\0';
   setenv("PN_OPENBLAS_FALLBACK", openblas_get_corename(), 1);
   setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  execv("/proc/self/exe", argv);
+  execv(self, argv);
   unsetenv("OPENBLAS_CORETYPE");  // execv failed: go on with the kernels OpenBLAS chose
+  unsetenv("PN_OPENBLAS_FALLBACK");
 }
 
 std::string device_summary() {

@@ -86,7 +86,7 @@ std::string openblas_better_core();
 // The same for a core name as openblas_get_corename() gives it (any case).
 std::string better_core_than(const std::string& openblas_core);
 // Called first in a program's main: where openblas_better_core() names a core, runs the program
-// again (execv of /proc/self/exe, the same arguments and process) with OPENBLAS_CORETYPE set to
+// again (execv of its own path, the same arguments, process and name) with OPENBLAS_CORETYPE set to
 // it, once; returns where it did not or could not. device_summary() then says so.
 void rerun_with_openblas_core(char** argv);
 std::string device_name(Device d);
