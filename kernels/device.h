@@ -31,6 +31,9 @@ struct Context {
   void* stream = nullptr;  // CUDA: cudaStream_t the kernels are queued on
   void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
   GemmMath gemm_math = GemmMath::fp32;  // what the float GEMMs compute in
+  // --attention fused: the causal attention fused on a GPU's tensor cores where the GEMMs
+  // compute in bf16 (kernels/cuda/flash_attention.cu); materialized: T x T probabilities always.
+  bool fused_attention = true;
 };
 
 // This thread's current context.

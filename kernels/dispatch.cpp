@@ -202,19 +202,50 @@ void embedding_backward(const int32_t* tok, int rows, const T* dy, int d, T scal
 }
 
 // ---- attention --------------------------------------------------------------------------------
+namespace {
+// On a GPU whose GEMMs compute in bf16, the causal attention runs fused (kernels/cuda/
+// flash_attention.cu: no T x T matrices in memory), unless --attention materialized.
+bool fused_attention(int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  const Context& c = current_context();
+  return c.device == Device::CUDA && c.gemm_math == GemmMath::bf16 && c.fused_attention &&
+         cuda::flash_attention_supported(d, heads);
+#else
+  (void)d, (void)heads;
+  return false;
+#endif
+}
+}  // namespace
+
+size_t attention_saved_size(int nseq, int seq_len, int d, int heads) {
+  const size_t rows = size_t(nseq) * heads * seq_len;
+  return fused_attention(d, heads) ? rows : rows * seq_len;
+}
+
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* probs, T* ctx) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (fused_attention(d, heads))
+      return cuda::flash_attention_forward(qkv, nseq, seq_len, d, heads, probs, ctx, stream());
+#endif
   PN_RUN(T, attention_forward,
          cuda::attention_forward(blas(s), qkv, nseq, seq_len, d, heads, probs, ctx), qkv, nseq,
          seq_len, d, heads, probs, ctx);
 }
 template <class T>
-void attention_backward(const T* qkv, const T* probs, const T* dctx, int nseq, int seq_len, int d,
-                        int heads, T* dqkv, T* scratch) {
+void attention_backward(const T* qkv, const T* probs, const T* ctx, const T* dctx, int nseq,
+                        int seq_len, int d, int heads, T* dqkv, T* scratch) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (fused_attention(d, heads))
+      return cuda::flash_attention_backward(qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv,
+                                            scratch, stream());
+#endif
   PN_RUN(T, attention_backward,
          cuda::attention_backward(blas(s), qkv, probs, dctx, nseq, seq_len, d, heads, dqkv,
                                   scratch),
-         qkv, probs, dctx, nseq, seq_len, d, heads, dqkv, scratch);
+         qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv, scratch);
 }
 template <class T>
 void mha_forward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,

@@ -23,6 +23,10 @@ struct LossSums {
 
 #include "kernels/ops.inc"
 
+// Elements of attention_forward's `saved` and attention_backward's `scratch` on the current
+// context: nseq*H*T*T where the probabilities are materialized, nseq*H*T where fused.
+size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
+
 // How the float GEMMs of --precision bf16 run off a GPU, in words for device_summary(): on the
 // CPU's bf16 instructions (oneDNN's matmul and its kernel) or as bf16's numerics on fp32 sgemm,
 // and why.

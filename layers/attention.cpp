@@ -22,10 +22,10 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   seq_len = seq_length;
   const size_t rows = size_t(nseq) * seq_len;
   qkv.resize(rows * 3 * dim);
-  probs.resize(size_t(nseq) * heads * seq_len * seq_len);
+  saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));
   ctx.resize(rows * dim);
   qkv_proj.forward(x, int(rows), qkv.data());
-  k::attention_forward<T>(qkv.data(), nseq, seq_len, dim, heads, probs.data(), ctx.data());
+  k::attention_forward<T>(qkv.data(), nseq, seq_len, dim, heads, saved.data(), ctx.data());
   out_proj.forward(ctx.data(), int(rows), y);
 }
 
@@ -34,10 +34,10 @@ void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx) {
   const size_t rows = size_t(nseq) * seq_len;
   dctx.resize(rows * dim);
   dqkv.resize(rows * 3 * dim);
-  scratch.resize(probs.size());
+  scratch.resize(saved.size());
   out_proj.backward(ctx.data(), dy, int(rows), dctx.data());
-  k::attention_backward<T>(qkv.data(), probs.data(), dctx.data(), nseq, seq_len, dim, heads,
-                           dqkv.data(), scratch.data());
+  k::attention_backward<T>(qkv.data(), saved.data(), ctx.data(), dctx.data(), nseq, seq_len, dim,
+                           heads, dqkv.data(), scratch.data());
   qkv_proj.backward(x, dqkv.data(), int(rows), dx);
 }
 

@@ -1,5 +1,6 @@
 // Causal multi-head self-attention: qkv = x Wqkv^T + bqkv; ctx = softmax(q k^T/sqrt(dh)) v per
-// head with j <= i; y = ctx Wo^T + bo. Caches qkv, probabilities and ctx for the backward.
+// head with j <= i; y = ctx Wo^T + bo. Caches qkv, ctx and what the attention kernels save
+// (kernels.h attention_saved_size) for the backward.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,7 +14,8 @@ template <class T>
 struct CausalSelfAttention {
   int dim = 0, heads = 0;
   Linear<T> qkv_proj, out_proj;
-  Buf<T> qkv, probs, ctx, dqkv, dctx, scratch;  // activations, reused across steps
+  // activations, reused across steps; saved: the probabilities or, fused, the log-sum-exps
+  Buf<T> qkv, saved, ctx, dqkv, dctx, scratch;
   int nseq = 0, seq_len = 0;
 
   CausalSelfAttention() = default;

@@ -52,6 +52,7 @@ const std::vector<std::string> kArchs = {"transformer_lm", "transformer"};
 const std::vector<std::string> kEvalStates = {"rank0", "mean"};
 const std::vector<std::string> kDevices = {"auto", "cpu", "cuda", "sim"};
 const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16"};
+const std::vector<std::string> kAttentions = {"fused", "materialized"};
 const std::vector<std::string> kLogFormats = {"simple", "json", "glog"};
 const std::vector<std::string> kOptimizers = {"adam"};
 // Help texts with their choices; Boost copies them, the deque keeps them for the call.
@@ -363,6 +364,10 @@ po::options_description describe(Options& o) {
                  "bits of mantissa; storage, accumulation, weights, Adam and norm statistics "
                  "stay fp32; bf16 on a CPU needs AVX512_BF16 (or PN_BF16_EMULATE=1)",
                  kPrecisions))
+    ("attention", dflt(&o.attention),
+     choices("the language model's attention on a GPU with --precision bf16: fused on the "
+                 "tensor cores (no T x T matrices in memory; head sizes 32, 64, 128) or "
+                 "materialized as everywhere else", kAttentions))
     ("bf16", po::bool_switch(), "--precision bf16")
     ("fp16", po::bool_switch(), "--precision bf16 (bf16 needs no loss scaling)")
     ("log-format", dflt(&o.log_format),
@@ -648,7 +653,8 @@ void resume_flags(int argc, char** argv, const std::map<std::string, std::string
                   const std::map<std::string, std::string>& stored_values,
                   const std::string& checkpoint, Options* o) {
   static const std::set<std::string> kNeverTaken = {
-      "device", "cpu", "threads", "precision", "bf16", "fp16", "data", "eval-only", "sample",
+      "device", "cpu", "threads", "precision", "attention", "bf16", "fp16", "data", "eval-only",
+      "sample",
       "config", "debug-fault"};
   std::string ini;
   std::vector<std::string> differ;
@@ -717,6 +723,7 @@ void validate_options(const Options& o) {
   one_of("lr-scheduler", o.lr_scheduler, kSchedulers);
   one_of("device", o.device, kDevices);
   one_of("precision", o.precision, kPrecisions);
+  one_of("attention", o.attention, kAttentions);
   one_of("log-format", o.log_format, kLogFormats);
   one_of("optimizer", o.optimizer, kOptimizers);
   const bool on_cpu = o.device == "cpu" || o.device == "sim" ||

@@ -90,6 +90,7 @@ struct Options {
   std::string device = "auto";    // auto | cpu | cuda | sim (--cpu: cpu; sim: the CPU stand-in
                                   // for a GPU, kernels/sim_device.h, for tests)
   std::string precision = "fp32"; // fp32 | tf32 | bf16 (--bf16, --fp16: bf16)
+  std::string attention = "fused";  // fused (a GPU with bf16 GEMMs) | materialized
   std::string log_format = "simple";  // simple | json | glog
   double min_lr = 0.0;            // cosine: the floor of each period
   int lr_period_updates = -1;     // cosine: updates of the first period (-1: max_update - warmup)

@@ -45,8 +45,8 @@ void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T*
 }
 
 template <class T>
-void attention_backward(const T* qkv, const T* probs, const T* dctx, int nseq, int seq_len, int d,
-                        int heads, T* dqkv, T* scratch) {
+void attention_backward(const T* qkv, const T* probs, const T* /*ctx*/, const T* dctx, int nseq,
+                        int seq_len, int d, int heads, T* dqkv, T* scratch) {
   const int dh = d / heads, Tn = seq_len, ld = 3 * d;
   const T scale = T(1) / std::sqrt(T(dh));
 #pragma omp parallel for schedule(dynamic) collapse(2)

@@ -91,6 +91,16 @@ void attention_forward(Blas& b, const float* qkv, int nseq, int seq_len, int d, 
 void attention_backward(Blas& b, const float* qkv, const float* probs, const float* dctx, int nseq,
                         int seq_len, int d, int heads, float* dqkv, float* scratch);
 
+// The same attention fused on the tensor cores in bf16 (flash_attention.cu), for head sizes of 32,
+// 64 and 128: lse [nseq, H, T] holds each row's log-sum-exp for the backward; dsum [nseq, H, T]
+// is the backward's scratch. k::attention_* take it where the context computes in bf16.
+bool flash_attention_supported(int d, int heads);
+void flash_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
+                             float* lse, float* ctx, cudaStream_t s);
+void flash_attention_backward(const float* qkv, const float* lse, const float* ctx,
+                              const float* dctx, int nseq, int seq_len, int d, int heads,
+                              float* dqkv, float* dsum, cudaStream_t s);
+
 // General multi-head attention, as k::mha_forward / k::mha_backward (key padding mask, optional
 // causal mask, attention dropout with keep [nseq, H, tq, tk], q and k/v with their own row
 // strides) and k::attention_step (one query per sequence against a key/value cache).
