@@ -104,7 +104,7 @@ constexpr size_t backward_smem() {  // both backward kernels: four bf16 row tile
          2 * kTile * sizeof(float);
 }
 
-// grid (query tiles, nseq * H), kFlashThreads threads. See the top of the file.
+// grid (nseq * H, query tiles), kFlashThreads threads. See the top of the file.
 template <int D>
 __global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, float scale,
                                      float* lse, float* ctx) {
@@ -115,11 +115,12 @@ __global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, floa
   float* stages = reinterpret_cast<float*>(Vs + kTile * D);
   bf16* Ps = reinterpret_cast<bf16*>(stages + kWarps * stage_floats(D));
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int q0 = blockIdx.x * kTile, s = blockIdx.y / H, h = blockIdx.y % H, ld = 3 * d;
+  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest rows first
+  const int q0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
   const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
   float* S = stages + w * stage_floats(D);  // this warp's 16 x 64 scores
   bf16* P = Ps + w * 16 * kTile;
-  const int tiles = blockIdx.x + 1;  // keys up to the block's last query
+  const int tiles = tile + 1;  // keys up to the block's last query
   load_rows_bf16<D>(Qs, q, ld, q0, T);
   float m[16], l[16];
   for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
@@ -166,7 +167,7 @@ __global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, floa
   }
   for (int r = 0; r < 16; ++r) {
     const int i = q0 + w * 16 + r;
-    if (lane == r && i < T) lse[size_t(blockIdx.y) * T + i] = m[r] + logf(l[r]);
+    if (lane == r && i < T) lse[size_t(blockIdx.x) * T + i] = m[r] + logf(l[r]);
   }
   __syncthreads();
   store_rows<D>(o, 1.f, S, ctx + size_t(s) * T * d + size_t(h) * D, d, q0 + w * 16, T);
@@ -228,11 +229,12 @@ __global__ void flash_backward_kv_kernel(const float* qkv, const float* dctx, co
   PN_DYNAMIC_SHARED(float, smem);
   BackwardSmem<D> sm(smem);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int k0 = blockIdx.x * kTile, s = blockIdx.y / H, h = blockIdx.y % H, ld = 3 * d;
+  const int tile = blockIdx.y;  // the first keys, which most queries see, first
+  const int k0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
   const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
   const float* dout = dctx + size_t(s) * T * d + size_t(h) * D;
-  const float* row_lse = lse + size_t(blockIdx.y) * T;
-  const float* row_dsum = dsum + size_t(blockIdx.y) * T;
+  const float* row_lse = lse + size_t(blockIdx.x) * T;
+  const float* row_dsum = dsum + size_t(blockIdx.x) * T;
   float *S = sm.S + w * 16 * kTile, *dP = sm.dP + w * stage_floats(D);
   bf16 *Pb = sm.Pb + w * 16 * kTile, *dSb = sm.dSb + w * 16 * kTile;
   load_rows_bf16<D>(sm.own_a, q + d, ld, k0, T);      // K
@@ -240,7 +242,7 @@ __global__ void flash_backward_kv_kernel(const float* qkv, const float* dctx, co
   FragC dk[D / 16], dv[D / 16];
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dk[n], 0.f), wmma::fill_fragment(dv[n], 0.f);
   const int tiles = (T + kTile - 1) / kTile;
-  for (int qt = blockIdx.x; qt < tiles; ++qt) {
+  for (int qt = tile; qt < tiles; ++qt) {
     __syncthreads();
     load_rows_bf16<D>(sm.other_a, q, ld, qt * kTile, T);   // Q
     load_rows_bf16<D>(sm.other_b, dout, d, qt * kTile, T);  // dctx
@@ -276,17 +278,18 @@ __global__ void flash_backward_q_kernel(const float* qkv, const float* dctx, con
   PN_DYNAMIC_SHARED(float, smem);
   BackwardSmem<D> sm(smem);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int q0 = blockIdx.x * kTile, s = blockIdx.y / H, h = blockIdx.y % H, ld = 3 * d;
+  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest rows first
+  const int q0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
   const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
   float *S = sm.S + w * 16 * kTile, *dP = sm.dP + w * stage_floats(D);
   bf16* dSb = sm.dSb + w * 16 * kTile;
   load_rows_bf16<D>(sm.own_a, q, ld, q0, T);                                       // Q
   load_rows_bf16<D>(sm.own_b, dctx + size_t(s) * T * d + size_t(h) * D, d, q0, T);  // dctx
-  load_row_values(sm.lse, sm.dsum, lse + size_t(blockIdx.y) * T, dsum + size_t(blockIdx.y) * T,
+  load_row_values(sm.lse, sm.dsum, lse + size_t(blockIdx.x) * T, dsum + size_t(blockIdx.x) * T,
                   q0, T);
   FragC dq[D / 16];
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
-  for (int kt = 0; kt <= int(blockIdx.x); ++kt) {
+  for (int kt = 0; kt <= tile; ++kt) {
     __syncthreads();
     load_rows_bf16<D>(sm.other_a, q + d, ld, kt * kTile, T);      // K
     load_rows_bf16<D>(sm.other_b, q + 2 * d, ld, kt * kTile, T);  // V
@@ -321,7 +324,7 @@ void forward_for(const float* qkv, int nseq, int T, int d, int H, float* lse, fl
                  cudaStream_t st) {
   const size_t smem = forward_smem<D>();
   PN_FLASH_SMEM(flash_forward_kernel<D>, smem);
-  const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(nseq * H));
+  const dim3 grid(unsigned(nseq * H), unsigned((T + kTile - 1) / kTile));
   PN_LAUNCH(flash_forward_kernel<D>, grid, kFlashThreads, smem, st)(
       qkv, T, d, H, 1.0f / std::sqrt(float(D)), lse, ctx);
   PN_LAUNCHED();
@@ -333,7 +336,7 @@ void backward_for(const float* qkv, const float* lse, const float* dctx, const f
   const size_t smem = backward_smem<D>();
   PN_FLASH_SMEM(flash_backward_kv_kernel<D>, smem);
   PN_FLASH_SMEM(flash_backward_q_kernel<D>, smem);
-  const dim3 grid(unsigned((T + kTile - 1) / kTile), unsigned(nseq * H));
+  const dim3 grid(unsigned(nseq * H), unsigned((T + kTile - 1) / kTile));
   const float scale = 1.0f / std::sqrt(float(D));
   PN_LAUNCH(flash_backward_kv_kernel<D>, grid, kFlashThreads, smem, st)(
       qkv, dctx, lse, dsum, T, d, H, scale, dqkv);
