@@ -819,9 +819,11 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
         fig.savefig(os.path.join(a.out, "figs", "figure5_%s.png" % a.preset), dpi=120)
         plt.close(fig)
         L += ["", "![Figure 5 analog](figs/figure5_%s.png)" % a.preset]
-    probed = [os.path.join(a.out, "figure5", "batch_m%d_s%d" % (m, runner.seeds[0]), "metrics.jsonl")
-              for m in (minis[0], minis[-1])]
-    probed = [p for p in probed if os.path.exists(p)]
+    probed_m = [m for m in minis if os.path.exists(os.path.join(
+        a.out, "figure5", "batch_m%d_s%d" % (m, runner.seeds[0]), "metrics.jsonl"))]
+    probed_m = sorted({probed_m[0], probed_m[-1]}) if probed_m else []  # the extremes
+    probed = [os.path.join(a.out, "figure5", "batch_m%d_s%d" % (m, runner.seeds[0]),
+                           "metrics.jsonl") for m in probed_m]
     if probed:
         out = os.path.join(a.out, "figs", "figure5_bn_stats")
         subprocess.call([sys.executable, os.path.join(HERE, "plot.py")] + probed + ["--out", out],
@@ -829,7 +831,7 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
         if os.path.exists(os.path.join(out, "norm_stats.png")):
             L += ["", "BN's batch statistics against its running ones over training, at m = %s "
                   "(the Figures 2-4 analog; one line per layer):" % " and ".join(
-                      str(m) for m in (minis[0], minis[-1])), "",
+                      str(m) for m in probed_m), "",
                   "![BN statistics distances](figs/figure5_bn_stats/norm_stats.png)"]
     path = os.path.join(a.out, "FIGURE5.md")
     with open(path, "w") as f:
@@ -974,9 +976,11 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
     return path
 
 
-def run_figure5(a, runner, vlist):
+def run_figure5(a, runner, vlist, report_vlist):
     """The Figure 5 cells of an epoch preset, seed-major, each resumable; FIGURE5.md grows with
-    them. Returns the exit status (1 when a cell has no result)."""
+    them, and shows every cell of report_vlist x seeds x m = 512..update (and --mini-batches)
+    that has a result, whichever invocation trained it. Returns the exit status (1 when a cell
+    of this invocation has no result)."""
     try:
         minis = int_list(a.mini_batches or "512,1024,2048,4096", "--mini-batches")
     except ValueError as e:
@@ -991,6 +995,25 @@ def run_figure5(a, runner, vlist):
               len(cells), ",".join(v[0] for v in vlist), ",".join(map(str, minis)), a.seeds,
               a.update_tokens, runner.ini.get("max-epoch"), a.out), flush=True)
     t0, rows = time.time(), []
+    report_minis = sorted(set(minis) | {m for m in (512, 1024, 2048, 4096)
+                                        if m <= a.update_tokens and a.update_tokens % m == 0})
+    report_vlist = report_vlist + [v for v in vlist if v not in report_vlist]
+
+    def report():
+        mine = {(r["key"], r["seed"], r["m"]): r for r in rows}
+        shown = []
+        for seed in runner.seeds:
+            for v in report_vlist:
+                for m in report_minis:
+                    r = mine.get((v[0], seed, m))
+                    if r is None:
+                        r = dict(runner.row(v[0], seed, runner.figure5_dir(v[0], seed, m)[0]), m=m)
+                    if math.isfinite(r["test_ppl"]):
+                        shown.append(r)
+        shown_minis = sorted({r["m"] for r in shown}) or minis  # columns with a result
+        return write_figure5_report(a, runner, shown, report_vlist, shown_minis,
+                                    time.time() - t0)
+
     for i, ((key, _, norm, flags, _), seed, m) in enumerate(cells, 1):
         tag = "[%d/%d] %-14s m %4d seed %d" % (i, len(cells), key, m, seed)
         if a.report_only:
@@ -999,7 +1022,7 @@ def run_figure5(a, runner, vlist):
             row = runner.figure5_cell(key, norm, flags, seed, m, tag)
         row["m"] = m
         rows.append(row)
-        path = write_figure5_report(a, runner, rows, vlist, minis, time.time() - t0)
+        path = report()
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
     return 1 if any(not math.isfinite(r["test_ppl"]) for r in rows) else 0
 
@@ -1110,7 +1133,8 @@ def main():
             if flag_value(extra, k, None) is not None:
                 die("--%s is set per Figure 5 cell (--mini-batches, --update-tokens); do not "
                     "pass it after --" % k)
-        return run_figure5(a, runner, vlist if a.norms else [v for v in vlist if v[0] != "layer"])
+        batch_type = [v for v in variants(heads) if v[0] != "layer"]
+        return run_figure5(a, runner, vlist if a.norms else batch_type, batch_type)
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
     budget = ("until early stopping (at most %s epochs)" % runner.ini.get("max-epoch")

@@ -100,6 +100,12 @@ grep -q -- "--max-tokens 2048 --update-freq 2" "$tmp/f5/figure5/batch_m2048_s1/c
   grep -q -- "--probe-norm-stats all" "$tmp/f5/figure5/batch_m4096_s1/cmd.txt" ||
   fail "figure5: BN cells' commands"
 [ -f "$tmp/f5/table/power_s1/eval.json" ] || fail "figure5: PN at m = 4096 is not the table's cell"
+# An invocation of one cell reports every cell on disk, not its own only.
+"$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --figure5 \
+  --report-only --data builtin --norms batch --mini-batches 2048 --out "$tmp/f5" >/dev/null 2>&1
+grep -q "^| PN (paper) | 1 | .* [0-9.]* ([0-9.]*) |$" "$tmp/f5/FIGURE5.md" &&
+  grep -q "^| BN | 1 | [0-9.]* ([0-9.]*) | [0-9.]* ([0-9.]*) |" "$tmp/f5/FIGURE5.md" ||
+  fail "figure5: one cell's report lost the others: $(cat "$tmp/f5/FIGURE5.md")"
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --no-tune --data builtin \
       --norms power --out "$tmp/f5" -- "${fflags[@]}" 2>&1)
 grep -q "power .*seed 1: done before, skipped" <<<"$out" || fail "figure5: the table ran PN again: $out"
