@@ -104,10 +104,36 @@ constexpr size_t backward_smem() {  // both backward kernels: four bf16 row tile
          2 * kTile * sizeof(float);
 }
 
-// grid (nseq * H, query tiles), kFlashThreads threads. See the top of the file.
+// What the three kernels read and write; the grid is (nseq * H, tiles of 64 rows) for each.
+struct FlashArgs {
+  const float* qkv;   // [nseq*T, 3d]
+  const float* dctx;  // backward: [nseq*T, d]
+  const float* lse;   // backward: each row's log-sum-exp, [nseq, H, T]
+  const float* dsum;  // backward: D_i, [nseq, H, T]
+  float* lse_out;     // forward: where it writes lse
+  float* out;         // forward: ctx [nseq*T, d]; backward: dqkv [nseq*T, 3d]
+  int T, d, H;
+  float scale;  // 1 / sqrt(dh)
+};
+
+// Where a block works: its tile, first row, sequence s and head h, and that head's Q columns
+// in qkv (K at + d, V at + 2d). Tiles of the longest causal rows are launched first when asked.
+struct BlockPlace {
+  int tile, row0, s, h, ld;
+  const float* q;
+};
 template <int D>
-__global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, float scale,
-                                     float* lse, float* ctx) {
+__device__ BlockPlace block_place(const FlashArgs& a, bool longest_first) {
+  BlockPlace b;
+  b.tile = longest_first ? int(gridDim.y - 1 - blockIdx.y) : int(blockIdx.y);
+  b.row0 = b.tile * kTile, b.s = blockIdx.x / a.H, b.h = blockIdx.x % a.H, b.ld = 3 * a.d;
+  b.q = a.qkv + size_t(b.s) * a.T * b.ld + size_t(b.h) * D;
+  return b;
+}
+
+// See the top of the file.
+template <int D>
+__global__ void flash_forward_kernel(FlashArgs a) {
   PN_DYNAMIC_SHARED(float, smem);
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = Qs + kTile * D;
@@ -115,9 +141,9 @@ __global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, floa
   float* stages = reinterpret_cast<float*>(Vs + kTile * D);
   bf16* Ps = reinterpret_cast<bf16*>(stages + kWarps * stage_floats(D));
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest rows first
-  const int q0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
-  const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
+  const BlockPlace b = block_place<D>(a, true);
+  const int tile = b.tile, q0 = b.row0, ld = b.ld, T = a.T, d = a.d;
+  const float scale = a.scale, *q = b.q;
   float* S = stages + w * stage_floats(D);  // this warp's 16 x 64 scores
   bf16* P = Ps + w * 16 * kTile;
   const int tiles = tile + 1;  // keys up to the block's last query
@@ -167,10 +193,10 @@ __global__ void flash_forward_kernel(const float* qkv, int T, int d, int H, floa
   }
   for (int r = 0; r < 16; ++r) {
     const int i = q0 + w * 16 + r;
-    if (lane == r && i < T) lse[size_t(blockIdx.x) * T + i] = m[r] + logf(l[r]);
+    if (lane == r && i < T) a.lse_out[size_t(blockIdx.x) * T + i] = m[r] + logf(l[r]);
   }
   __syncthreads();
-  store_rows<D>(o, 1.f, S, ctx + size_t(s) * T * d + size_t(h) * D, d, q0 + w * 16, T);
+  store_rows<D>(o, 1.f, S, a.out + size_t(b.s) * T * d + size_t(b.h) * D, d, q0 + w * 16, T);
 }
 
 // D_i = sum_c dctx[i, c] ctx[i, c] over one head's columns: one warp per (row, head).
@@ -223,18 +249,16 @@ __device__ void load_row_values(float* lse_s, float* dsum_s, const float* lse, c
 // One block per tile of 64 keys: dK and dV over the query tiles at and after it. In this
 // kernel's S and dP the rows are keys and the columns queries (S^T = K Q^T, dP^T = V dctx^T).
 template <int D>
-__global__ void flash_backward_kv_kernel(const float* qkv, const float* dctx, const float* lse,
-                                         const float* dsum, int T, int d, int H, float scale,
-                                         float* dqkv) {
+__global__ void flash_backward_kv_kernel(FlashArgs a) {
   PN_DYNAMIC_SHARED(float, smem);
   BackwardSmem<D> sm(smem);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int tile = blockIdx.y;  // the first keys, which most queries see, first
-  const int k0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
-  const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
-  const float* dout = dctx + size_t(s) * T * d + size_t(h) * D;
-  const float* row_lse = lse + size_t(blockIdx.x) * T;
-  const float* row_dsum = dsum + size_t(blockIdx.x) * T;
+  const BlockPlace b = block_place<D>(a, false);  // the first keys, which most queries see, first
+  const int tile = b.tile, k0 = b.row0, ld = b.ld, T = a.T, d = a.d;
+  const float scale = a.scale, *q = b.q;
+  const float* dout = a.dctx + size_t(b.s) * T * d + size_t(b.h) * D;
+  const float* row_lse = a.lse + size_t(blockIdx.x) * T;
+  const float* row_dsum = a.dsum + size_t(blockIdx.x) * T;
   float *S = sm.S + w * 16 * kTile, *dP = sm.dP + w * stage_floats(D);
   bf16 *Pb = sm.Pb + w * 16 * kTile, *dSb = sm.dSb + w * 16 * kTile;
   load_rows_bf16<D>(sm.own_a, q + d, ld, k0, T);      // K
@@ -265,28 +289,26 @@ __global__ void flash_backward_kv_kernel(const float* qkv, const float* dctx, co
     mul_ab_acc<D>(dSb, sm.other_a, dk);  // dK += dS^T Q
   }
   __syncthreads();
-  float* dk_out = dqkv + size_t(s) * T * ld + size_t(h) * D + d;
+  float* dk_out = a.out + size_t(b.s) * T * ld + size_t(b.h) * D + d;
   store_rows<D>(dk, scale, dP, dk_out, ld, k0 + w * 16, T);
   store_rows<D>(dv, 1.f, dP, dk_out + d, ld, k0 + w * 16, T);
 }
 
 // One block per tile of 64 queries: dQ over the key tiles up to it.
 template <int D>
-__global__ void flash_backward_q_kernel(const float* qkv, const float* dctx, const float* lse,
-                                        const float* dsum, int T, int d, int H, float scale,
-                                        float* dqkv) {
+__global__ void flash_backward_q_kernel(FlashArgs a) {
   PN_DYNAMIC_SHARED(float, smem);
   BackwardSmem<D> sm(smem);
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int tile = gridDim.y - 1 - blockIdx.y;  // the longest rows first
-  const int q0 = tile * kTile, s = blockIdx.x / H, h = blockIdx.x % H, ld = 3 * d;
-  const float* q = qkv + size_t(s) * T * ld + size_t(h) * D;
+  const BlockPlace b = block_place<D>(a, true);
+  const int tile = b.tile, q0 = b.row0, ld = b.ld, T = a.T, d = a.d;
+  const float scale = a.scale, *q = b.q;
   float *S = sm.S + w * 16 * kTile, *dP = sm.dP + w * stage_floats(D);
   bf16* dSb = sm.dSb + w * 16 * kTile;
-  load_rows_bf16<D>(sm.own_a, q, ld, q0, T);                                       // Q
-  load_rows_bf16<D>(sm.own_b, dctx + size_t(s) * T * d + size_t(h) * D, d, q0, T);  // dctx
-  load_row_values(sm.lse, sm.dsum, lse + size_t(blockIdx.x) * T, dsum + size_t(blockIdx.x) * T,
-                  q0, T);
+  load_rows_bf16<D>(sm.own_a, q, ld, q0, T);                                             // Q
+  load_rows_bf16<D>(sm.own_b, a.dctx + size_t(b.s) * T * d + size_t(b.h) * D, d, q0, T);  // dctx
+  load_row_values(sm.lse, sm.dsum, a.lse + size_t(blockIdx.x) * T,
+                  a.dsum + size_t(blockIdx.x) * T, q0, T);
   FragC dq[D / 16];
   for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
   for (int kt = 0; kt <= tile; ++kt) {
@@ -310,7 +332,7 @@ __global__ void flash_backward_q_kernel(const float* qkv, const float* dctx, con
     mul_ab_acc<D>(dSb, sm.other_a, dq);  // dQ += dS K
   }
   __syncthreads();
-  store_rows<D>(dq, scale, dP, dqkv + size_t(s) * T * ld + size_t(h) * D, ld, q0 + w * 16, T);
+  store_rows<D>(dq, scale, dP, a.out + size_t(b.s) * T * ld + size_t(b.h) * D, ld, q0 + w * 16, T);
 }
 
 // Opts a kernel into `smem` bytes of dynamic shared memory where that passes the 48 KiB default.
@@ -325,8 +347,8 @@ void forward_for(const float* qkv, int nseq, int T, int d, int H, float* lse, fl
   const size_t smem = forward_smem<D>();
   PN_FLASH_SMEM(flash_forward_kernel<D>, smem);
   const dim3 grid(unsigned(nseq * H), unsigned((T + kTile - 1) / kTile));
-  PN_LAUNCH(flash_forward_kernel<D>, grid, kFlashThreads, smem, st)(
-      qkv, T, d, H, 1.0f / std::sqrt(float(D)), lse, ctx);
+  const FlashArgs a{qkv, nullptr, nullptr, nullptr, lse, ctx, T, d, H, 1.0f / std::sqrt(float(D))};
+  PN_LAUNCH(flash_forward_kernel<D>, grid, kFlashThreads, smem, st)(a);
   PN_LAUNCHED();
 }
 
@@ -337,12 +359,10 @@ void backward_for(const float* qkv, const float* lse, const float* dctx, const f
   PN_FLASH_SMEM(flash_backward_kv_kernel<D>, smem);
   PN_FLASH_SMEM(flash_backward_q_kernel<D>, smem);
   const dim3 grid(unsigned(nseq * H), unsigned((T + kTile - 1) / kTile));
-  const float scale = 1.0f / std::sqrt(float(D));
-  PN_LAUNCH(flash_backward_kv_kernel<D>, grid, kFlashThreads, smem, st)(
-      qkv, dctx, lse, dsum, T, d, H, scale, dqkv);
+  const FlashArgs a{qkv, dctx, lse, dsum, nullptr, dqkv, T, d, H, 1.0f / std::sqrt(float(D))};
+  PN_LAUNCH(flash_backward_kv_kernel<D>, grid, kFlashThreads, smem, st)(a);
   PN_LAUNCHED();
-  PN_LAUNCH(flash_backward_q_kernel<D>, grid, kFlashThreads, smem, st)(
-      qkv, dctx, lse, dsum, T, d, H, scale, dqkv);
+  PN_LAUNCH(flash_backward_q_kernel<D>, grid, kFlashThreads, smem, st)(a);
   PN_LAUNCHED();
 }
 
