@@ -27,7 +27,8 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 #define PN_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::pn_emu::dynamic_shared())
 #else
 #define PN_LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
-#define PN_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+// 128-byte aligned: WMMA loads and stores need 32-byte aligned tiles.
+#define PN_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
 
 // Scratch device memory, grow-only, one pool per slot (a call may hold several slots at once).
