@@ -1024,7 +1024,13 @@ def run_figure5(a, runner, vlist, report_vlist):
         rows.append(row)
         path = report()
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
-    return 1 if any(not math.isfinite(r["test_ppl"]) for r in rows) else 0
+    missing = [r for r in rows if not math.isfinite(r["test_ppl"])]
+    if missing:
+        print("reproduce: %d Figure 5 cell(s) without a result: %s" % (
+            len(missing), ", ".join("%s m %d seed %d" % (r["key"], r["m"], r["seed"])
+                                    for r in missing)), file=sys.stderr)
+        return 1
+    return 0
 
 
 def main():
