@@ -149,6 +149,7 @@ __global__ void flash_forward_kernel(FlashArgs a) {
   const int tiles = tile + 1;  // keys up to the block's last query
   load_rows_bf16<D>(Qs, q, ld, q0, T);
   float m[16], l[16];
+  #pragma unroll
   for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
   for (int kt = 0; kt < tiles; ++kt) {  // pass 1: row max and sum
     __syncthreads();
@@ -156,6 +157,7 @@ __global__ void flash_forward_kernel(FlashArgs a) {
     __syncthreads();
     mul_abt<D>(Qs + w * 16 * D, Ks, S);
     __syncthreads();
+    #pragma unroll
     for (int r = 0; r < 16; ++r) {
       const int i = q0 + w * 16 + r;
       float v[2];
@@ -180,6 +182,7 @@ __global__ void flash_forward_kernel(FlashArgs a) {
     __syncthreads();
     mul_abt<D>(Qs + w * 16 * D, Ks, S);
     __syncthreads();
+    #pragma unroll
     for (int r = 0; r < 16; ++r) {
       const int i = q0 + w * 16 + r;
       for (int c = lane; c < kTile; c += 32) {
@@ -191,6 +194,7 @@ __global__ void flash_forward_kernel(FlashArgs a) {
     __syncthreads();
     mul_ab_acc<D>(P, Vs, o);
   }
+  #pragma unroll
   for (int r = 0; r < 16; ++r) {
     const int i = q0 + w * 16 + r;
     if (lane == r && i < T) a.lse_out[size_t(blockIdx.x) * T + i] = m[r] + logf(l[r]);
