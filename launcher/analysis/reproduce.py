@@ -976,6 +976,14 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
     return path
 
 
+def say_missing(missing, what, name):
+    """Names the cells without a result on stderr; the exit status (1 where any)."""
+    if missing:
+        print("reproduce: %d %s without a result: %s" % (
+            len(missing), what, ", ".join(name(r) for r in missing)), file=sys.stderr)
+    return 1 if missing else 0
+
+
 def run_figure5(a, runner, vlist, report_vlist):
     """The Figure 5 cells of an epoch preset, seed-major, each resumable; FIGURE5.md grows with
     them, and shows every cell of report_vlist x seeds x m = 512..update (and --mini-batches)
@@ -1024,13 +1032,8 @@ def run_figure5(a, runner, vlist, report_vlist):
         rows.append(row)
         path = report()
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
-    missing = [r for r in rows if not math.isfinite(r["test_ppl"])]
-    if missing:
-        print("reproduce: %d Figure 5 cell(s) without a result: %s" % (
-            len(missing), ", ".join("%s m %d seed %d" % (r["key"], r["m"], r["seed"])
-                                    for r in missing)), file=sys.stderr)
-        return 1
-    return 0
+    return say_missing([r for r in rows if not math.isfinite(r["test_ppl"])], "Figure 5 cell(s)",
+                       lambda r: "%s m %d seed %d" % (r["key"], r["m"], r["seed"]))
 
 
 def main():
@@ -1204,13 +1207,8 @@ def main():
     path = report(rows, True, redraw=True)
 
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t_all) / 60))
-    failed = [r for r in rows if not math.isfinite(r["valid_ppl"])]
-    if failed:
-        print("reproduce: %d cell(s) without a result: %s" % (
-            len(failed), ", ".join("%s seed %d" % (r["key"], r["seed"]) for r in failed)),
-            file=sys.stderr)
-        return 1
-    return 0
+    return say_missing([r for r in rows if not math.isfinite(r["valid_ppl"])], "cell(s)",
+                       lambda r: "%s seed %d" % (r["key"], r["seed"]))
 
 
 if __name__ == "__main__":
