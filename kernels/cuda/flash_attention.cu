@@ -1,7 +1,8 @@
 // Fused causal attention on the tensor cores for --precision bf16 (flash attention's scheme):
 // the T x T scores never reach device memory. Per (sequence, head) and tile of 64 rows:
-//   forward:  pass 1 finds each query row's max m and sum l of exp(S - m) over its keys,
-//             pass 2 forms P = exp(S - m) / l in bf16 and accumulates ctx = P V; the row's
+//   forward:  one pass over the key tiles keeps each query row's running max m and sum l of
+//             exp(S - m); a tile's P = exp(S - m) in bf16 adds P V to ctx after ctx is rescaled
+//             by exp(m_old - m), and ctx / l is written at the end (online softmax); the row's
 //             log-sum-exp lse = m + log l is saved for the backward (T floats per row of heads
 //             instead of T x T probabilities).
 //   backward: P = exp(S - lse) is recomputed; with D_i = sum_c dctx[i,c] ctx[i,c] (= sum_j P dP),
@@ -131,6 +132,23 @@ __device__ BlockPlace block_place(const FlashArgs& a, bool longest_first) {
   return b;
 }
 
+// acc's row r *= f[r], through the warp's staging area (16 x D floats): wmma does not say which
+// lane holds which element, so rows are scaled in memory. Every warp of the block calls it.
+template <int D>
+__device__ void scale_rows(FragC (&acc)[D / 16], const float (&f)[16], float* stage) {
+  __syncthreads();  // the stage's last readers are done
+  for (int n = 0; n < D / 16; ++n)
+    wmma::store_matrix_sync(stage + n * 16, acc[n], D, wmma::mem_row_major);
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  #pragma unroll
+  for (int r = 0; r < 16; ++r)
+    for (int c = lane; c < D; c += 32) stage[r * D + c] *= f[r];
+  __syncthreads();
+  for (int n = 0; n < D / 16; ++n)
+    wmma::load_matrix_sync(acc[n], stage + n * 16, D, wmma::mem_row_major);
+}
+
 // See the top of the file.
 template <int D>
 __global__ void flash_forward_kernel(FlashArgs a) {
@@ -144,16 +162,19 @@ __global__ void flash_forward_kernel(FlashArgs a) {
   const BlockPlace b = block_place<D>(a, true);
   const int tile = b.tile, q0 = b.row0, ld = b.ld, T = a.T, d = a.d;
   const float scale = a.scale, *q = b.q;
-  float* S = stages + w * stage_floats(D);  // this warp's 16 x 64 scores
+  float* S = stages + w * stage_floats(D);  // this warp's 16 x 64 scores, then its ctx rows
   bf16* P = Ps + w * 16 * kTile;
   const int tiles = tile + 1;  // keys up to the block's last query
   load_rows_bf16<D>(Qs, q, ld, q0, T);
-  float m[16], l[16];
+  float m[16], l[16], f[16];
   #pragma unroll
   for (int r = 0; r < 16; ++r) m[r] = -INFINITY, l[r] = 0.f;
-  for (int kt = 0; kt < tiles; ++kt) {  // pass 1: row max and sum
+  FragC o[D / 16];
+  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.f);
+  for (int kt = 0; kt < tiles; ++kt) {
     __syncthreads();
     load_rows_bf16<D>(Ks, q + d, ld, kt * kTile, T);
+    load_rows_bf16<D>(Vs, q + 2 * d, ld, kt * kTile, T);
     __syncthreads();
     mul_abt<D>(Qs + w * 16 * D, Ks, S);
     __syncthreads();
@@ -167,30 +188,16 @@ __global__ void flash_forward_kernel(FlashArgs a) {
       }
       const float mx = fmaxf(m[r], warp_max(fmaxf(v[0], v[1])));  // finite: key 0 counts
       float e = 0.f;
-      for (int t = 0; t < 2; ++t) e += v[t] == -INFINITY ? 0.f : expf(v[t] - mx);
-      e = warp_sum(e);
-      l[r] = l[r] * expf(m[r] - mx) + e;
+      for (int t = 0; t < 2; ++t) {
+        const float p = v[t] == -INFINITY ? 0.f : expf(v[t] - mx);
+        P[r * kTile + lane + 32 * t] = __float2bfloat16(p);
+        e += p;
+      }
+      f[r] = expf(m[r] - mx);  // 0 on the first tile, where ctx is still 0
+      l[r] = l[r] * f[r] + warp_sum(e);
       m[r] = mx;
     }
-  }
-  FragC o[D / 16];
-  for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(o[n], 0.f);
-  for (int kt = 0; kt < tiles; ++kt) {  // pass 2: ctx = P V
-    __syncthreads();
-    load_rows_bf16<D>(Ks, q + d, ld, kt * kTile, T);
-    load_rows_bf16<D>(Vs, q + 2 * d, ld, kt * kTile, T);
-    __syncthreads();
-    mul_abt<D>(Qs + w * 16 * D, Ks, S);
-    __syncthreads();
-    #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int i = q0 + w * 16 + r;
-      for (int c = lane; c < kTile; c += 32) {
-        const int j = kt * kTile + c;
-        const float p = j <= i && j < T ? expf(S[r * kTile + c] * scale - m[r]) / l[r] : 0.f;
-        P[r * kTile + c] = __float2bfloat16(p);
-      }
-    }
+    scale_rows<D>(o, f, S);
     __syncthreads();
     mul_ab_acc<D>(P, Vs, o);
   }
@@ -198,8 +205,9 @@ __global__ void flash_forward_kernel(FlashArgs a) {
   for (int r = 0; r < 16; ++r) {
     const int i = q0 + w * 16 + r;
     if (lane == r && i < T) a.lse_out[size_t(blockIdx.x) * T + i] = m[r] + logf(l[r]);
+    f[r] = 1.f / l[r];
   }
-  __syncthreads();
+  scale_rows<D>(o, f, S);
   store_rows<D>(o, 1.f, S, a.out + size_t(b.s) * T * d + size_t(b.h) * D, d, q0 + w * 16, T);
 }
 
