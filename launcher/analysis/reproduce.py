@@ -57,6 +57,7 @@ import time
 
 from ablate import finished, flag_value, mpirun_prefix, read_ini
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
+from seed_stats import describe_difference, mean_sd, welch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -157,14 +158,7 @@ def last_checkpoint_dir(save_dir):
     return best
 
 
-# ---- statistics ----
-def mean_sd(vals):
-    vals = [v for v in vals if isinstance(v, float) and math.isfinite(v)]
-    if not vals:
-        return None, None, 0
-    return statistics.mean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0), len(vals)
-
-
+# ---- statistics (launcher/analysis/seed_stats.py) ----
 def fmt_ms(vals, digits=1):
     m, sd, n = mean_sd(vals)
     if m is None:
@@ -172,17 +166,6 @@ def fmt_ms(vals, digits=1):
     if n == 1:
         return "%.*f (1 seed)" % (digits, m)
     return "%.*f ± %.*f (%d)" % (digits, m, digits, sd, n)
-
-
-def separated(a, b):
-    """Whether two seed samples' means differ by more than twice the standard error of the
-    difference (None when a sample has fewer than 2 seeds)."""
-    ma, sa, na = mean_sd(a)
-    mb, sb, nb = mean_sd(b)
-    if na < 2 or nb < 2:
-        return None
-    se = math.sqrt(sa * sa / na + sb * sb / nb)
-    return abs(ma - mb) > 2 * se
 
 
 # ---- the cells ----
@@ -293,6 +276,24 @@ class Runner:
         if m == self.a.update_tokens == table_update and not probe:
             return os.path.join(self.a.out, "table", "%s_s%d" % (key, seed)), False, True
         return os.path.join(self.a.out, "figure5", "%s_m%d_s%d" % (key, m, seed)), probe, False
+
+    def config_dropout(self):
+        return self.ini.get("dropout", "0")
+
+    def dropout_dir(self, key, seed, p):
+        """A dropout cell's directory, and whether it is the table's own (p the config's)."""
+        if float(p) == float(self.config_dropout()):
+            return os.path.join(self.a.out, "table", "%s_s%d" % (key, seed)), True
+        return os.path.join(self.a.out, "dropout", "%s_d%s_s%d" % (key, p, seed)), False
+
+    def dropout_cell(self, key, norm, norm_flags, seed, p, tag):
+        """One cell of the dropout control: the table's cell trained at dropout p (PN's alphas
+        the variant's tuned ones, chosen at the config's dropout)."""
+        cell_dir, table = self.dropout_dir(key, seed, p)
+        if table:
+            return self.medium_cell(key, norm, norm_flags, seed, tag)
+        return self.medium_cell(key, norm, norm_flags, seed, tag, cell_dir,
+                                overrides=["--dropout", p])
 
     def resumable_run(self, cell_dir, args, tag):
         """Runs pntrain with args into cell_dir unless trained.json says it finished: a cell
@@ -625,24 +626,12 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     L.append("")
     metric = "test_ppl" if task == "lm" else "bleu"
     base = [r[metric] for r in by_key.get("layer", [])]
-    notes = []
-    for key, label, _, _, _ in vlist:
-        if key == "layer":
-            continue
-        other = [r[metric] for r in by_key.get(key, [])]
-        ma, _, na = mean_sd(other)
-        mb, _, nb = mean_sd(base)
-        if ma is None or mb is None:
-            continue
-        sep = separated(other, base)
-        notes.append("%s − LN: %+.2f %s (%s)." % (
-            label, ma - mb, "test ppl" if task == "lm" else "BLEU",
-            "more than twice the standard error of the difference over seeds" if sep else
-            "within twice the standard error over seeds: not distinguishable from seed noise"
-            if sep is False else "fewer than 2 seeds: no spread to compare with"))
+    notes = [describe_difference(label, "LN", welch([r[metric] for r in by_key.get(key, [])],
+                                                     base), "test ppl" if task == "lm" else "BLEU")
+             for key, label, _, _, _ in vlist if key != "layer" and by_key.get(key) and base]
     if notes:
-        L.append("Differences to LN: " + " ".join(notes))
-        L.append("")
+        L += ["Differences to LN, 95% confidence intervals over seeds:", ""]
+        L += ["- " + n for n in notes] + [""]
     L.append("Cells: `%s/table/<norm>_s<seed>/` (cmd.txt, train.log, metrics.jsonl, eval.log)." %
              os.path.basename(a.out))
     L.append("")
@@ -898,6 +887,85 @@ def draw_curves(curves, warmup, path, preset):
     return True
 
 
+def seed_summary(rows, vlist):
+    """Markdown lines: per norm the test perplexity's mean and standard deviation over seeds,
+    its difference to LN's with Welch's 95% confidence interval, and a sentence on each."""
+    by = {v[0]: [r["test_ppl"] for r in rows if r["key"] == v[0]] for v in vlist}
+    base = by.get("layer", [])
+    L = ["", "## Over seeds: each norm against LN", "",
+         "Test perplexity at the best validation, mean ± sample standard deviation over the "
+         "seeds; the difference to LN's mean with its 95% confidence interval (Welch's t, "
+         "launcher/analysis/seed_stats.py). Negative: lower (better) than LN.", "",
+         "| norm | seeds | test ppl | − LN | 95% CI | p | outside the interval? |",
+         "|---|---|---|---|---|---|---|"]
+    words = []
+    for key, label, _, _, _ in vlist:
+        m, sd, n = mean_sd(by.get(key, []))
+        if m is None:
+            continue
+        w = welch(by[key], base) if key != "layer" else None
+        ln_m = mean_sd(base)[0]
+        if key == "layer":
+            L.append("| %s | %d | %.2f ± %.2f | — | — | — | — |" % (label, n, m, sd))
+            continue
+        diff = "%+.2f (%+.1f%%)" % (m - ln_m, 100 * (m / ln_m - 1)) if ln_m else "—"
+        if w is None:
+            L.append("| %s | %d | %.2f ± %.2f | %s | — | — | fewer than 2 seeds on a side |" % (
+                label, n, m, sd, diff))
+        else:
+            out = w["lo"] > 0 or w["hi"] < 0
+            L.append("| %s | %d | %.2f ± %.2f | %s | [%+.2f, %+.2f] | %.3f | %s |" % (
+                label, n, m, sd, diff, w["lo"], w["hi"], w["p"],
+                "yes: %s than LN" % ("lower" if w["diff"] < 0 else "higher") if out else "no"))
+        if ln_m:
+            words.append(describe_difference(label, "LN", w, "test ppl"))
+    if words:
+        L += ["", "In words:", ""] + ["- " + x for x in words]
+    return L
+
+
+def smoothed_train_nll(curve, window=57):
+    """[(update, mean training nll over the `window` updates up to it)] at each validation."""
+    tr = dict(curve["train"])
+    out = []
+    for u, _ in curve["valid"]:
+        xs = [tr[k] for k in range(u - window + 1, u + 1) if k in tr]
+        if xs:
+            out.append((u, sum(xs) / len(xs)))
+    return out
+
+
+def matched_loss_table(labelled_rows, title="## At matched training loss"):
+    """Markdown lines: the validation perplexity of each cell at the first validation where its
+    training nll (mean of the 57 updates before it, dropout on) has come down to a level every
+    cell reaches: the largest of the cells' lowest values. A norm that merely fits the training
+    set faster shows no gain here."""
+    cells = []
+    for label, r in labelled_rows:
+        c = learning_curve(r["dir"])
+        tr = smoothed_train_nll(c)
+        if tr:
+            cells.append((label, r, c, tr))
+    if len(cells) < 2:
+        return []
+    target = max(min(x for _, x in tr) for _, _, _, tr in cells)
+    L = ["", title, "",
+         "Each cell at the first validation where its training nll (mean of the 57 updates "
+         "before it, with dropout) is at most %.3f, the lowest level every cell here reaches; "
+         "beside it the cell at its best validation (the table's point) with its training nll "
+         "there." % target, "",
+         "| cell | update at matched loss | valid ppl there | best-valid update | train nll "
+         "there | best valid ppl |", "|---|---|---|---|---|---|"]
+    for label, r, c, tr in cells:
+        u = next(u for u, x in tr if x <= target)
+        valid = dict(c["valid"])
+        bu = min(c["valid"], key=lambda p: p[1])[0]
+        btr = dict(tr).get(bu, float("nan"))
+        L.append("| %s s%d | %d | %.1f | %d | %.3f | %.1f |" % (
+            label, r["seed"], u, valid[u], bu, btr, valid[bu]))
+    return L
+
+
 def alpha_grid_table(a, labels):
     """The medium preset's PN momenta table: the best validation perplexity of each short run
     of ALPHA_GRID and the alpha chosen, per PN variant (markdown lines)."""
@@ -948,6 +1016,9 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
                if not math.isfinite(r["valid_ppl"])]
     if missing:
         L += ["", "Not finished: " + ", ".join(missing) + "."]
+    L += seed_summary(rows, vlist)
+    L += matched_loss_table([(labels[r["key"]], r) for r in rows
+                             if math.isfinite(r["valid_ppl"])])
     if a.no_tune:
         L += ["", "PN's momenta: alpha_fwd %s, alpha_bkw %s for both variants, from the config%s." % (
             runner.ini.get("pn-alpha-fwd"), runner.ini.get("pn-alpha-bkw"),
@@ -1036,6 +1107,100 @@ def run_figure5(a, runner, vlist, report_vlist):
                        lambda r: "%s m %d seed %d" % (r["key"], r["m"], r["seed"]))
 
 
+def write_dropout_report(a, runner, vlist, ps):
+    """DROPOUT.md: every finished dropout cell, each norm at its own best dropout (by mean best
+    validation perplexity over seeds) against LN at its own, with Welch's intervals, and the
+    cells of each dropout at matched training loss."""
+    labels = {v[0]: v[1] for v in vlist}
+    got = {}
+    for v in vlist:
+        for seed in runner.seeds:
+            for p in ps:
+                r = runner.row(v[0], seed, runner.dropout_dir(v[0], seed, p)[0])
+                if math.isfinite(r["test_ppl"]):
+                    got[(v[0], seed, p)] = r
+    L = ["# PowerNorm reproduction: the dropout control at the %s budget" % a.preset, "",
+         "Config `%s` (dropout %s there), seeds %s; every norm trained as the table's cells at "
+         "dropout %s (the cells at %s are the table's own). Test perplexity of the "
+         "best-validation checkpoint, its validation perplexity in brackets. Generated by "
+         "`launcher/pn reproduce --task lm --%s --dropouts %s`." % (
+             os.path.relpath(runner.config, ROOT), runner.config_dropout(), a.seeds,
+             ", ".join(ps), runner.config_dropout(), a.preset, ",".join(ps)), "",
+         "| norm | seed | " + " | ".join("dropout %s" % p for p in ps) + " |",
+         "|---|---|" + "---|" * len(ps)]
+    for v in vlist:
+        for seed in runner.seeds:
+            cells = [got.get((v[0], seed, p)) for p in ps]
+            if any(cells):
+                L.append("| %s | %d | %s |" % (v[1], seed, " | ".join(
+                    "%.1f (%.1f)" % (r["test_ppl"], r["valid_ppl"]) if r else "—" for r in cells)))
+    best = {}
+    for v in vlist:
+        score = {p: statistics.mean(got[(v[0], s, p)]["valid_ppl"] for s in runner.seeds
+                                    if (v[0], s, p) in got)
+                 for p in ps if any((v[0], s, p) in got for s in runner.seeds)}
+        if score:
+            best[v[0]] = min(score, key=lambda p: score[p])
+    complete = [v[0] for v in vlist if all((v[0], s, p) in got for s in runner.seeds[:1]
+                                           for p in ps)]
+    L += ["", "## Each norm at its own best dropout", "",
+          "The dropout of the lowest mean best-validation perplexity over the seeds that have "
+          "finished (the test set plays no part in the choice). A norm whose dropout cells have "
+          "not all finished is marked: its best may still change.", "",
+          "| norm | best dropout | seeds | test ppl | − LN at its best | 95% CI | p |",
+          "|---|---|---|---|---|---|---|"]
+    base = [got[("layer", s, best["layer"])]["test_ppl"] for s in runner.seeds
+            if "layer" in best and ("layer", s, best["layer"]) in got]
+    words = []
+    for v in vlist:
+        if v[0] not in best:
+            continue
+        vals = [got[(v[0], s, best[v[0]])]["test_ppl"] for s in runner.seeds
+                if (v[0], s, best[v[0]]) in got]
+        m, sd, n = mean_sd(vals)
+        mark = "" if v[0] in complete else " (grid unfinished)"
+        if v[0] == "layer" or not base:
+            L.append("| %s | %s%s | %d | %.2f ± %.2f | — | — | — |" % (v[1], best[v[0]], mark, n,
+                                                                  m, sd))
+            continue
+        w = welch(vals, base)
+        diff = m - mean_sd(base)[0]
+        L.append("| %s | %s%s | %d | %.2f ± %.2f | %+.2f | %s | %s |" % (
+            v[1], best[v[0]], mark, n, m, sd, diff,
+            "[%+.2f, %+.2f]" % (w["lo"], w["hi"]) if w else "—", "%.3f" % w["p"] if w else "—"))
+        words.append(describe_difference("%s (dropout %s)" % (v[1], best[v[0]]),
+                                         "LN (dropout %s)" % best["layer"], w, "test ppl"))
+    if words:
+        L += ["", "In words:", ""] + ["- " + x for x in words]
+    for p in ps:
+        L += matched_loss_table([(labels[k], r) for (k, s, pp), r in got.items() if pp == p],
+                                "## At matched training loss, dropout %s" % p)
+    path = os.path.join(a.out, "DROPOUT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+    return path
+
+
+def run_dropouts(a, runner, vlist, ps):
+    """The dropout control of an epoch preset: every --norms at every dropout of ps, seed-major,
+    each cell resumable; DROPOUT.md grows with them. Returns the exit status."""
+    cells = [(v, s, p) for s in runner.seeds for v in vlist for p in ps]
+    print("reproduce: dropout control: %d cells (%s x dropout %s x seeds %s) -> %s" % (
+        len(cells), ",".join(v[0] for v in vlist), ",".join(ps), a.seeds, a.out), flush=True)
+    t0, missing = time.time(), []
+    path = write_dropout_report(a, runner, vlist, ps)
+    for i, ((key, _, norm, flags, _), seed, p) in enumerate(cells, 1):
+        if a.report_only:
+            break
+        tag = "[%d/%d] %-14s dropout %s seed %d" % (i, len(cells), key, p, seed)
+        row = runner.dropout_cell(key, norm, flags, seed, p, tag)
+        if not math.isfinite(row["test_ppl"]):
+            missing.append("%s dropout %s seed %d" % (key, p, seed))
+        path = write_dropout_report(a, runner, vlist, ps)
+    print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
+    return say_missing(missing, "dropout cell(s)", lambda x: x)
+
+
 def main():
     argv, extra = split_passthrough(sys.argv[1:])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -1074,6 +1239,10 @@ def main():
                         "table: --norms (default batch,power_v,power,power_authors) at every "
                         "--mini-batches m (default 512,1024,2048,4096) by accumulation; writes "
                         "OUT/FIGURE5.md")
+    p.add_argument("--dropouts", default=None,
+                   help="medium, long: the dropout control instead of the table: --norms (default "
+                        "all) at each dropout of this comma-separated list (e.g. 0.2,0.3,0.4), "
+                        "the config's own value being the table's cell; writes OUT/DROPOUT.md")
     p.add_argument("--no-tune", action="store_true",
                    help="medium: PN's alphas from the config instead of the short-run grid")
     p.add_argument("--report-only", action="store_true",
@@ -1144,6 +1313,18 @@ def main():
                     "pass it after --" % k)
         batch_type = [v for v in variants(heads) if v[0] != "layer"]
         return run_figure5(a, runner, vlist if a.norms else batch_type, batch_type)
+    if a.dropouts:
+        if a.preset not in EPOCH_PRESETS:
+            die("--dropouts is for --medium and --long")
+        if flag_value(extra, "dropout", None) is not None:
+            die("--dropout is set per cell by --dropouts; do not pass it after --")
+        try:
+            ps = [p.strip() for p in a.dropouts.split(",") if p.strip()]
+            if not ps or any(not 0.0 <= float(p) < 1.0 for p in ps):
+                raise ValueError
+        except ValueError:
+            die("--dropouts '%s' must be comma-separated values in [0, 1)" % a.dropouts)
+        return run_dropouts(a, runner, vlist, ps)
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
     budget = ("until early stopping (at most %s epochs)" % runner.ini.get("max-epoch")
