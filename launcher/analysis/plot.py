@@ -6,8 +6,10 @@ Writes to OUT (default: the current directory):
   valid_ppl.png   validation perplexity over updates
   norm_stats.png  when the files hold "norm_stats" (pntrain --probe-norm-stats): one panel per
                   statistic (dist_mean, dist_var, dist_psi2, g_mu, g_sigma2, g_psi2) over
-                  updates, one line per file and layer -- the analogues of Figures 2 to 4 of
-                  the PowerNorm paper (BN vs PN-V vs PN).
+                  updates, one line per file and layer (a colour per layer, a line style per
+                  file: the first solid, the second dashed), long runs as a running mean over
+                  about 1/60 of their updates -- the analogues of Figures 2 to 4 of the
+                  PowerNorm paper (BN vs PN-V vs PN).
 
 Usage: plot.py METRICS.jsonl... [--out DIR]
 Every file is one run, all runs share each figure, and the legend names them by the file name
@@ -55,6 +57,68 @@ def once_per_update(lines):
     return [by_update[u] for u in sorted(by_update)]
 
 
+# Line styles of the runs of norm_stats.png, in the order of the files (colours are layers).
+RUN_STYLES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
+
+
+def running_mean(pts, window):
+    """pts [(update, value)] averaged over the `window` records up to each (window 1: as is)."""
+    if window <= 1:
+        return pts
+    out, acc = [], 0.0
+    for i, (u, v) in enumerate(pts):
+        acc += v
+        if i >= window:
+            acc -= pts[i - window][1]
+        out.append((u, acc / min(i + 1, window)))
+    return out
+
+
+def norm_stats_figure(plt, series, stats, labels):
+    """One panel per statistic; a colour per layer and a line style per run (the first file
+    solid, the second dashed, then dotted...), one legend of both beside the panels.
+    Long runs are drawn as a running mean over about 1/60 of their updates (said in each
+    panel), since the per-update values scatter more than the runs differ."""
+    layers = sorted({layer for st in series.values() for (_, layer) in st})
+    cmap = plt.get_cmap("tab10" if len(layers) <= 10 else "tab20")
+    color = {layer: cmap(i % cmap.N) for i, layer in enumerate(layers)}
+    style = {label: RUN_STYLES[i % len(RUN_STYLES)] for i, label in enumerate(labels)}
+    cols = 2 if len(stats) == 4 else min(3, len(stats))
+    rows = (len(stats) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 3.9 * rows), squeeze=False)
+    for k, stat in enumerate(stats):
+        ax = axes[k // cols][k % cols]
+        windows = set()
+        for (label, layer), pts in sorted(series[stat].items()):
+            window = max(1, len(pts) // 60)
+            windows.add(window)
+            ax.plot(*zip(*running_mean(pts, window)), color=color[layer], ls=style[label],
+                    linewidth=1.3)
+        ax.set_title(TITLES.get(stat, stat), fontsize="medium")
+        ax.set_xlabel("update")
+        w = max(windows)
+        ax.set_ylabel(stat + (" (running mean of %d updates)" % w if w > 1 else ""),
+                      fontsize="small")
+        if all(v > 0 for pts in series[stat].values() for _, v in pts):
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+    for k in range(len(stats), rows * cols):
+        axes[k // cols][k % cols].axis("off")
+    from matplotlib.lines import Line2D
+    shown = [label for label in labels
+             if any(lab == label for st in series.values() for (lab, _) in st)]
+    handles = [Line2D([], [], color="none", label="layer (colour):")]
+    handles += [Line2D([], [], color=color[layer], lw=2, label=layer) for layer in layers]
+    handles += [Line2D([], [], color="none", label=" "),
+                Line2D([], [], color="none", label="run (line style):")]
+    handles += [Line2D([], [], color="black", ls=style[label], lw=1.3, label=label)
+                for label in shown]
+    fig.tight_layout()
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.97),
+               fontsize="small", frameon=False, handlelength=3)
+    return fig
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -79,10 +143,10 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     written = []
 
-    def save(fig, name):
+    def save(fig, name, **kw):
         fig.tight_layout()
         path = os.path.join(a.out, name)
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, **kw)
         plt.close(fig)
         written.append(path)
 
@@ -125,23 +189,8 @@ def main():
                             (u["update"], v))
     stats = [s for s in STATS if s in series] + sorted(s for s in series if s not in STATS)
     if stats:
-        cols = min(3, len(stats))
-        rows = (len(stats) + cols - 1) // cols
-        fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.8 * rows), squeeze=False)
-        for k, stat in enumerate(stats):
-            ax = axes[k // cols][k % cols]
-            for (label, layer), pts in sorted(series[stat].items()):
-                ax.plot(*zip(*pts), label="%s %s" % (label, layer), linewidth=1)
-            ax.set_title(TITLES.get(stat, stat), fontsize="medium")
-            ax.set_xlabel("update")
-            ax.set_ylabel(stat)
-            if all(v > 0 for pts in series[stat].values() for _, v in pts):
-                ax.set_yscale("log")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="x-small")
-        for k in range(len(stats), rows * cols):
-            axes[k // cols][k % cols].axis("off")
-        save(fig, "norm_stats.png")
+        save(norm_stats_figure(plt, series, stats, [label for label, _, _ in runs]),
+             "norm_stats.png", bbox_inches="tight")
     else:
         print("plot: no \"norm_stats\" in the files (run pntrain with --probe-norm-stats); "
               "norm_stats.png skipped")

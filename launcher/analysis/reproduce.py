@@ -82,7 +82,7 @@ PRESETS = {
 }
 # The paper's numbers: Table 2 (PTB test perplexity) and Table 1 (IWSLT'14 BLEU).
 PAPER = {
-    "lm": {"layer": 53.2, "batch": 60.7, "power": 47.6},
+    "lm": {"layer": 53.2, "batch": 60.7, "power_v": 55.3, "power": 47.6},
     "translation": {"layer": 35.5, "batch": 34.4, "power": 35.9},
 }
 # The medium preset's grid of PN momenta (the paper's: alpha_fwd = alpha_bkw from it) and the
@@ -101,7 +101,7 @@ def variants(heads):
     return [
         ("layer", "LN", "layer", [], "layer"),
         ("batch", "BN", "batch", [], "batch"),
-        ("power_v", "PN-V", "power_v", [], None),
+        ("power_v", "PN-V", "power_v", [], "power_v"),
         ("power", "PN (paper)", "power", ["--pn-variant", "paper"], "power"),
         ("power_authors", "PN (authors, pre-scaling G=%d)" % heads, "power",
          ["--pn-variant", "authors", "--norm-prescale-groups", str(heads)], "power"),
@@ -468,9 +468,8 @@ def draw_spectra(spectra, path):
     ax.set_ylabel("singular value / largest")
     ax.set_title("singular values of the learned embedding matrix", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return True
 
@@ -492,26 +491,37 @@ def warmup_probe(cell_dir, upto):
 
 
 def draw_warmup(rows_by_label, valids_by_label, warmup, path):
+    """Left: per PN layer (a colour each) of each probed cell (a line style each), running
+    psi^2 over batch psi_B^2 through the warmup; right: the first seed's validation perplexity.
+    Legends beside the panels."""
     plt = plt_or_none()
     if plt is None or not rows_by_label:
         return False
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    from matplotlib.lines import Line2D
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(13, 4.4))
     styles = ["-", "--", ":"]
+    layers = sorted({k for rows in rows_by_label.values() for _, r in rows for k in r})
+    color = {layer: "C%d" % (j % 10) for j, layer in enumerate(layers)}
     for i, (label, rows) in enumerate(rows_by_label.items()):
-        layers = sorted({k for _, r in rows for k in r})
-        for j, layer in enumerate(layers):
+        for layer in layers:
             pts = [(u, r[layer]) for u, r in rows if layer in r]
-            a1.plot([p[0] for p in pts], [p[1] for p in pts], ls=styles[i % 3], lw=1,
-                    color="C%d" % (j % 10), label="%s %s" % (label, layer))
+            if pts:
+                a1.plot([p[0] for p in pts], [p[1] for p in pts], ls=styles[i % 3], lw=1.2,
+                        color=color[layer])
     a1.axvline(warmup, color="grey", ls="--", lw=0.8)
     a1.axhline(1.0, color="black", lw=0.5)
     a1.set_yscale("log")
-    a1.set_xlabel("update")
+    a1.set_xlabel("update (dashed grey: end of warmup)")
     a1.set_ylabel("running psi^2 / batch psi_B^2 (mean over features)")
-    a1.set_title("what inference divides by, against training (dashed: end of warmup)",
-                 fontsize=9)
+    a1.set_title("what inference divides by, against training", fontsize=10)
     a1.grid(True, alpha=0.3)
-    a1.legend(fontsize=6, ncol=2)
+    handles = [Line2D([], [], color="none", label="layer (colour):")]
+    handles += [Line2D([], [], color=color[layer], lw=2, label=layer) for layer in layers]
+    handles += [Line2D([], [], color="none", label="cell (line style):")]
+    handles += [Line2D([], [], color="black", ls=styles[i % 3], label=label)
+                for i, label in enumerate(rows_by_label)]
+    a1.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              frameon=False)
     for label, valids in valids_by_label.items():
         pts = [(v["update"], v["valid_ppl"]) for v in valids
                if isinstance(v.get("valid_ppl"), (int, float)) and math.isfinite(v["valid_ppl"])]
@@ -523,9 +533,9 @@ def draw_warmup(rows_by_label, valids_by_label, warmup, path):
     a2.set_ylabel("validation perplexity")
     a2.set_title("validation perplexity (first seed)", fontsize=10)
     a2.grid(True, alpha=0.3)
-    a2.legend(fontsize=8)
+    a2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True
 
@@ -750,6 +760,61 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     return path
 
 
+# One look per norm in every figure of the reports: colour, marker and line style by key.
+NORM_STYLE = {"layer": ("C0", "x", "-"), "batch": ("C1", "s", "--"), "power_v": ("C2", "^", "-."),
+              "power": ("C3", "o", "-"), "power_authors": ("C4", "D", ":")}
+
+
+def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
+    """The Figure 5 analog: test perplexity at the best validation against m, per norm a line
+    through each seed's cells (the first seed solid and filled, the others open), a bar over
+    the seeds' range where an m has several, and LN's seeds as a band (m does not apply)."""
+    labels = {v[0]: v[1] for v in vlist}
+    keys = [v[0] for v in vlist if any(k == v[0] for k, _, _ in by)]
+    fig, ax = plt.subplots(figsize=(9.6, 4.8))
+    if ln:
+        lo, hi = min(ln.values()), max(ln.values())
+        mean = sum(ln.values()) / len(ln)
+        ax.axhspan(lo - 0.02, hi + 0.02, color="C0", alpha=0.18, lw=0)
+        ax.axhline(mean, color="C0", lw=1.4, label="LN (m not used): %s %s" % (
+            "seeds %s, range" % ",".join(map(str, sorted(ln))) if len(ln) > 1 else
+            "seed %d" % next(iter(ln)), "%.2f-%.2f" % (lo, hi) if len(ln) > 1 else "%.2f" % lo))
+    n = len(keys)
+    for i, key in enumerate(keys):
+        color, marker, ls = NORM_STYLE.get(key, ("C%d" % (i + 5), "o", "-"))
+        shift = 2 ** (0.05 * (i - (n - 1) / 2))  # side by side at each m
+        for j, seed in enumerate(seeds):
+            pts = [(m, by[(key, seed, m)]["test_ppl"]) for m in minis
+                   if (key, seed, m) in by and math.isfinite(by[(key, seed, m)]["test_ppl"])]
+            if not pts:
+                continue
+            first = j == 0
+            ax.plot([m * shift for m, _ in pts], [p for _, p in pts], ls=ls if first else "none",
+                    marker=marker, color=color, ms=7 if first else 6,
+                    mfc=color if first else "white", lw=1.6,
+                    label="%s, seed %d" % (labels[key], seed) if first or len(pts) > 1 else
+                    "%s, seed %d (m = %s)" % (labels[key], seed,
+                                               ", ".join(str(m) for m, _ in pts)))
+        for m in minis:
+            vals = [by[(key, s, m)]["test_ppl"] for s in seeds if (key, s, m) in by and
+                    math.isfinite(by[(key, s, m)]["test_ppl"])]
+            if len(vals) > 1:
+                ax.plot([m * shift] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(minis)
+    ax.set_xticklabels([str(m) for m in minis])
+    ax.minorticks_off()
+    ax.set_xlabel("statistics mini-batch m (tokens), every update %d tokens" % U)
+    ax.set_ylabel("test perplexity at the best validation")
+    ax.set_title("Figure 5 analog (%s budget): lower is better; vertical bars: the range "
+                 "over seeds" % preset, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return True
+
+
 def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
     """FIGURE5.md of an epoch preset's Figure 5 cells: test perplexity at the best validation
     against the statistics mini-batch m, one line per norm with LN's table cell as the
@@ -786,27 +851,8 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
                 seed, " | ".join("%.1f" % r["test_ppl"] for _ in minis)))
     plt = plt_or_none()
     if plt is not None and rows:
-        fig, ax = plt.subplots(figsize=(6.4, 4.4))
-        for i, key in enumerate(v[0] for v in vlist):
-            for seed in runner.seeds:
-                pts = [(m, by[(key, seed, m)]["test_ppl"]) for m in minis
-                       if (key, seed, m) in by and math.isfinite(by[(key, seed, m)]["test_ppl"])]
-                if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color="C%d" % i,
-                            label="%s s%d" % (labels[key], seed))
-        for seed, ppl in ln.items():
-            ax.axhline(ppl, color="black", ls="--", lw=0.8, label="LN s%d" % seed)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(minis)
-        ax.set_xticklabels([str(m) for m in minis])
-        ax.set_xlabel("statistics mini-batch m (tokens)")
-        ax.set_ylabel("test perplexity at the best validation")
-        ax.set_title("Figure 5 analog: %d-token updates (%s budget)" % (U, a.preset), fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.out, "figs", "figure5_%s.png" % a.preset), dpi=120)
-        plt.close(fig)
+        draw_figure5(plt, by, ln, vlist, runner.seeds, minis, U, a.preset,
+                     os.path.join(a.out, "figs", "figure5_%s.png" % a.preset))
         L += ["", "![Figure 5 analog](figs/figure5_%s.png)" % a.preset]
     probed_m = [m for m in minis if os.path.exists(os.path.join(
         a.out, "figure5", "batch_m%d_s%d" % (m, runner.seeds[0]), "metrics.jsonl"))]
@@ -828,61 +874,157 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
     return path
 
 
+def curve_groups(curves):
+    """{norm label: {seed: curve}} of draw_curves' "<label> s<seed>" keys, in their order."""
+    groups = {}
+    for name, c in curves.items():
+        label, s = name.rsplit(" ", 1)
+        groups.setdefault(label, {})[int(s[1:])] = c
+    return groups
+
+
+def seed_band(series):
+    """[(x, mean, min, max)] over the seeds' {x: value} series, at every x any seed has; a
+    seed without a point inside its own range (a validation lost with a killed attempt) is
+    interpolated there, so that the mean does not jump."""
+    xs = sorted({x for s in series for x in s})
+    filled = []
+    for s in series:
+        known = sorted(s)
+        f = dict(s)
+        for x in xs:
+            if known and known[0] < x < known[-1] and x not in f:
+                i = next(k for k, kx in enumerate(known) if kx > x)
+                x0, x1 = known[i - 1], known[i]
+                f[x] = s[x0] + (s[x1] - s[x0]) * (x - x0) / (x1 - x0)
+        filled.append(f)
+    out = []
+    for x in xs:
+        v = [f[x] for f in filled if x in f]
+        out.append((x, sum(v) / len(v), min(v), max(v)))
+    return out
+
+
 def draw_curves(curves, warmup, path, preset):
-    """Validation perplexity against epochs for every cell (left), each cell's validation
-    perplexity relative to LN's of the same seed at the same update (middle: does the gap
-    close?) and, for LN and the PN forms, training nll (mean over 57-update windows) against
-    validation nll through PN's warmup (right)."""
+    """The learning curves of an epoch preset, one colour per norm, the mean over its seeds as
+    a line and their range as a band: (a) validation perplexity against epochs from epoch 2,
+    (b) the gap to LN's validation perplexity at the same update and seed, in percent (the
+    seeds that have an LN cell), (c) training nll (mean over the 57 updates before each
+    validation, dropout on) against validation nll. One legend below the panels."""
     plt = plt_or_none()
     if plt is None or not curves:
         return False
-    fig, (a1, a3, a2) = plt.subplots(1, 3, figsize=(17, 4.6))
-    for i, (label, c) in enumerate(curves.items()):
-        pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
-        a1.plot([u / pe for u, _ in c["valid"]], [p for _, p in c["valid"]], marker=".",
-                color="C%d" % i, label=label)
-    a1.set_yscale("log")
+    groups = curve_groups(curves)
+    pe_all = [c["per_epoch"] for c in curves.values() if math.isfinite(c["per_epoch"])]
+    pe = sum(pe_all) / len(pe_all) if pe_all else 227.0
+    colors = {label: "C%d" % i for i, label in enumerate(groups)}
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(18, 5.6))
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color=colors[label], lw=1.6, label="%s (%s)" % (
+        label, "seed %d" % next(iter(by_seed)) if len(by_seed) == 1
+        else "seeds %s" % ",".join(map(str, sorted(by_seed)))))
+        for label, by_seed in groups.items()]
+    # (a) leaves out the first epochs, whose perplexities dwarf the rest, where there are more.
+    end = max((u / pe for c in curves.values() for u, _ in c["valid"]), default=0.0)
+    start = 2.0 if end >= 4.0 else 0.0
+    lo, hi = float("inf"), 0.0
+    zoomed = []
+    for label, by_seed in groups.items():
+        band = seed_band([dict(c["valid"]) for c in by_seed.values()])
+        band = [b for b in band if b[0] / pe >= start]
+        if not band:
+            continue
+        e = [b[0] / pe for b in band]
+        a1.plot(e, [b[1] for b in band], color=colors[label], lw=1.6)
+        if len(by_seed) > 1:
+            a1.fill_between(e, [b[2] for b in band], [b[3] for b in band], color=colors[label],
+                            alpha=0.18, lw=0)
+        lo, hi = min(lo, min(b[2] for b in band)), max(hi, max(b[3] for b in band))
+        zoomed.append((e, band, colors[label], len(by_seed) > 1))
+    a1.set_xlim(left=start)
+    if hi > lo:
+        a1.set_ylim(lo - 0.02 * (hi - lo), hi)
+    # The inset: the second half of the epochs, where the norms part, at a readable scale.
+    last = max((e[-1] for e, _, _, _ in zoomed), default=0.0)
+    if start and last > 2 * start:
+        ins = a1.inset_axes([0.36, 0.38, 0.61, 0.58])
+        zlo, zhi = float("inf"), 0.0
+        for e, band, color, ranged in zoomed:
+            keep = [i for i, x in enumerate(e) if x >= last / 2]
+            if not keep:
+                continue
+            ee, bb = [e[i] for i in keep], [band[i] for i in keep]
+            ins.plot(ee, [b[1] for b in bb], color=color, lw=1.4)
+            if ranged:
+                ins.fill_between(ee, [b[2] for b in bb], [b[3] for b in bb], color=color,
+                                 alpha=0.18, lw=0)
+            zlo, zhi = min(zlo, min(b[2] for b in bb)), max(zhi, max(b[3] for b in bb))
+        ins.set_xlim(last / 2, last)
+        if zhi > zlo:
+            ins.set_ylim(zlo - 0.03 * (zhi - zlo), zhi + 0.03 * (zhi - zlo))
+        ins.text(0.02, 0.96, "zoom: epoch %.0f on" % (last / 2), transform=ins.transAxes,
+                 fontsize=8, va="top")
+        ins.tick_params(labelsize=7)
+        ins.grid(True, alpha=0.3)
     a1.set_xlabel("epoch")
     a1.set_ylabel("validation perplexity")
-    a1.set_title("PTB validation perplexity (%s preset)" % preset, fontsize=10)
-    a1.grid(True, which="both", alpha=0.3)
-    a1.legend(fontsize=8)
-    for i, (label, c) in enumerate(curves.items()):
-        ln = curves.get("LN " + label.rsplit(" ", 1)[-1])
-        if label.startswith("LN") or ln is None:
+    a1.set_title("(a) validation perplexity%s\n(line: mean over seeds; band: their range)" % (
+        " from epoch %g" % start if start else ""), fontsize=10)
+    a1.grid(True, alpha=0.3)
+    # (b) the gap to LN: per seed against LN's cell of the same seed, then mean and range.
+    ln = groups.get("LN", {})
+    gmin, gmax = 0.0, 0.0
+    for label, by_seed in groups.items():
+        if label == "LN":
             continue
-        ln_at = dict(ln["valid"])
-        pe = c["per_epoch"] if math.isfinite(c["per_epoch"]) else 227.0
-        pts = [(u / pe, 100.0 * (p / ln_at[u] - 1)) for u, p in c["valid"] if u in ln_at]
-        a3.plot([e for e, _ in pts], [g for _, g in pts], marker=".", color="C%d" % i,
-                label=label)
-    a3.axhline(0, color="C0", lw=1)
-    a3.set_ylim(-5, 15)
-    a3.set_xlabel("epoch")
-    a3.set_ylabel("validation perplexity vs LN's, same seed and update (%)")
-    a3.set_title("the gap to LN (above 0: worse than LN; clipped at 15%)", fontsize=10)
-    a3.grid(True, alpha=0.3)
-    a3.legend(fontsize=8)
-    for i, (label, c) in enumerate(curves.items()):
-        if not (label.startswith("LN") or label.startswith("PN (")):
+        series = []
+        for s, c in by_seed.items():
+            if s in ln:
+                ln_at = dict(ln[s]["valid"])
+                series.append({u: 100.0 * (p / ln_at[u] - 1) for u, p in c["valid"] if u in ln_at})
+        band = seed_band(series)
+        if not band:
             continue
-        tr = c["train"]
-        w = 57
-        pts = [(tr[j + w - 1][0], sum(x for _, x in tr[j:j + w]) / w)
-               for j in range(0, len(tr) - w + 1, w)]
-        a2.plot([u for u, _ in pts], [x for _, x in pts], color="C%d" % i, lw=1,
-                label="%s train (dropout on)" % label)
-        a2.plot([u for u, _ in c["valid"]], [math.log(p) for _, p in c["valid"]], ls="--",
-                marker=".", color="C%d" % i, label="%s valid" % label)
-    a2.axvline(warmup, color="grey", ls=":", lw=0.8)
-    a2.set_xlabel("update (dotted: end of the warmup of the learning rate and of PN's psi)")
-    a2.set_ylabel("nll (nats/token)")
-    a2.set_ylim(top=8)
-    a2.set_title("training vs validation loss", fontsize=10)
+        e = [b[0] / pe for b in band]
+        a2.plot(e, [b[1] for b in band], color=colors[label], lw=1.6)
+        if len(series) > 1:
+            a2.fill_between(e, [b[2] for b in band], [b[3] for b in band], color=colors[label],
+                            alpha=0.18, lw=0)
+        late = [b for b in band if b[0] / pe >= start]
+        if late:
+            gmin, gmax = min(gmin, min(b[2] for b in late)), max(gmax, max(b[3] for b in late))
+    a2.axhline(0, color=colors.get("LN", "black"), lw=1.2)
+    a2.set_ylim(min(-1.0, gmin - 0.5), max(1.0, gmax + 0.5))
+    a2.set_xlabel("epoch")
+    a2.set_ylabel("validation perplexity vs LN's at the same update (%)")
+    a2.set_title("(b) the gap to LN, per seed against LN's cell of that seed: mean and range\n"
+                 "(above 0: worse than LN%s)" % ("; y limits from epoch %g on" % start
+                                                  if start else ""), fontsize=10)
     a2.grid(True, alpha=0.3)
-    a2.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    # (c) training against validation nll, the mean over seeds of each norm.
+    tlo = float("inf")
+    for label, by_seed in groups.items():
+        tr = seed_band([dict(smoothed_train_nll(c)) for c in by_seed.values()])
+        va = seed_band([{u: math.log(p) for u, p in c["valid"]} for c in by_seed.values()])
+        a3.plot([b[0] / pe for b in tr], [b[1] for b in tr], color=colors[label], ls="-", lw=1.2)
+        a3.plot([b[0] / pe for b in va], [b[1] for b in va], color=colors[label], ls=":", lw=1.6)
+        if tr:
+            tlo = min(tlo, min(b[1] for b in tr))
+    if warmup:
+        a3.axvline(warmup / pe, color="grey", ls="--", lw=0.8)
+    if math.isfinite(tlo) and tlo < 5.3:  # (c) from a level most of the training is below
+        a3.set_ylim(tlo - 0.05, 5.6)
+    a3.set_xlabel("epoch (dashed grey: end of the warmup of the learning rate and PN's psi)"
+                  if warmup else "epoch")
+    a3.set_ylabel("nll (nats/token)")
+    a3.set_title("(c) training nll (solid: mean of 57 updates, dropout on)\nagainst validation "
+                 "nll (dotted), mean over seeds", fontsize=10)
+    a3.grid(True, alpha=0.3)
+    fig.suptitle("PTB learning curves, --%s preset" % preset, fontsize=12)
+    fig.legend(handles=handles, loc="lower center", ncol=max(1, min(len(handles), 5)), fontsize=9,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
@@ -1007,11 +1149,11 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
     for r in sorted(rows, key=lambda r: ([v[0] for v in vlist].index(r["key"]), r["seed"])):
         if not math.isfinite(r["valid_ppl"]):
             continue
-        pkey = {"layer": "layer", "batch": "batch", "power": "power",
+        pkey = {"layer": "layer", "batch": "batch", "power_v": "power_v", "power": "power",
                 "power_authors": "power"}.get(r["key"])
         L.append("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %s |" % (
             labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"], r["best_epoch"],
-            r["epochs"], r["train_s"] / 60, "%.1f" % paper[pkey] if pkey else "—"))
+            r["epochs"], r["train_s"] / 60, "%.1f" % paper[pkey] if pkey in paper else "—"))
     missing = ["%s seed %d" % (labels[r["key"]], r["seed"]) for r in rows
                if not math.isfinite(r["valid_ppl"])]
     if missing:
