@@ -1,4 +1,4 @@
-// The SPEC section 8 language model: a pre-norm Transformer decoder.
+// The docs/contract.md §8 language model: a pre-norm Transformer decoder.
 //   h0 = sqrt(d) E[tok] + P;  for each block l:
 //     m = h + dropout(attn(norm_self(h)));  h = m + dropout(ff(norm_ff(m)))
 //   logits = norm_final(h) E^T   (output projection tied to the embedding)

@@ -9,7 +9,7 @@
 //                        m2 = m1 + dropout(cross_attn(norm_cross(m1), enc, source padding mask))
 //                        g  = m2 + dropout(ff(norm_ff(m2)))
 //             logits = norm_dec_final(g) E_tgt^T   (output projection tied to E_tgt)
-// Every norm gets its side's padding mask, so padded tokens never enter a statistic (SPEC 2);
+// Every norm gets its side's padding mask, so padded tokens never enter a statistic (contract §2);
 // with right padding and key masks, a real token's output does not depend on the padding.
 // --share-all-embeddings makes E_tgt = E (a joint vocabulary). Parameters and gradients live in
 // one ParamStore, laid out in the order the backward finishes with them (see the constructor).

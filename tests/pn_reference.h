@@ -1,4 +1,4 @@
-// The SPEC section 2 pseudo-code of PN, both variants, written out element by element in double
+// The docs/contract.md §2 pseudo-code of PN, both variants, written out element by element in double
 // precision, independently of layers/norms: the reference of the PN tests at 1, 2 and 3 ranks.
 // Rows with m[r] == 0 are padding: outside every statistic and gradient, dx = 0 there.
 // An iteration without unmasked rows uses the inference formula and changes no state.

@@ -1,4 +1,4 @@
-// Checkpoints (SPEC 6): bit-for-bit resume, verified loads, atomic saves.
+// Checkpoints (contract §6): bit-for-bit resume, verified loads, atomic saves.
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// The normalization family of SPEC section 2 (one process): finite-difference gradient checks
-// of every exact-gradient layer, PN against a hand computation of the SPEC pseudo-code,
+// The normalization family of docs/contract.md §2 (one process): finite-difference gradient checks
+// of every exact-gradient layer, PN against a hand computation of the contract's pseudo-code (docs/contract.md §2),
 // empty statistics batches, inference with the running state, and the precision of the
 // batch statistics.
 #include <gtest/gtest.h>
@@ -129,7 +129,7 @@ TEST(Norms, RmsAndGroupValues) {
   }
 }
 
-// PN, both variants, against the SPEC pseudo-code (tests/pn_reference.h) across the warmup
+// PN, both variants, against the contract's pseudo-code (docs/contract.md §2; tests/pn_reference.h) across the warmup
 // boundary: iterations 1 and 2 inside it (t < W), 3 on it (t = W: batch s, but the authors'
 // state update is already the EMA alone), 4 to 6 after it.
 void check_power_against_reference(const std::string& kind, int W, const std::string& variant,

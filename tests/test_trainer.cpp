@@ -46,7 +46,7 @@ TEST(Trainer, LossFallsOnTheBuiltinCorpus) {
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneLargeMicroBatch) {
-  // SPEC 4: 1 rank, max_tokens B, update_freq 1 == 1 rank, max_tokens B/4, update_freq 4.
+  // contract §4: 1 rank, max_tokens B, update_freq 1 == 1 rank, max_tokens B/4, update_freq 4.
   FLAGS_minloglevel = 1;
   auto comm = make_single_communicator();
   Options a = tiny(), b = tiny();

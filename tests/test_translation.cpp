@@ -291,7 +291,7 @@ TEST(TranslationTrainer, LossFallsAndBeamSearchTranslatesBetterThanChance) {
 }
 
 TEST(TranslationTrainer, GradientAccumulationEqualsOneLargeMicroBatch) {
-  // SPEC 4 with padded batches: the update's pairs depend on the global tokens per update only.
+  // contract §4 with padded batches: the update's pairs depend on the global tokens per update only.
   FLAGS_minloglevel = 1;
   auto comm = make_single_communicator();
   Options a = test::small_mt(), b = test::small_mt();

@@ -1,4 +1,4 @@
-// Checkpoints (SPEC section 6). One directory per save, save_dir/checkpoint_<update>/, holding
+// Checkpoints (docs/contract.md §6). One directory per save, save_dir/checkpoint_<update>/, holding
 //   model.bin      rank 0: parameters, Adam moments, update counter, model shape (JSON header)
 //   rank<r>.bin    every rank: the running state of its norm layers (rank-local for PN)
 //   DONE           written last, after every rank's files are on disk

@@ -1,5 +1,5 @@
 // Language-modelling data: a vocabulary built from the training text, token streams cut into
-// samples of tokens_per_sample, and the world-size-independent order of SPEC section 5.
+// samples of tokens_per_sample, and the world-size-independent order of docs/contract.md §5.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -103,7 +103,7 @@ struct SampleOrder {
   int64_t sample(int64_t g);
 };
 
-// The rows [begin, end) of a micro-batch of n samples that rank r of R takes (SPEC 5 and 7).
+// The rows [begin, end) of a micro-batch of n samples that rank r of R takes (contract §5 and 7).
 inline void rank_share(int64_t n, int rank, int world, int64_t* begin, int64_t* end) {
   *begin = n * rank / world;
   *end = n * (rank + 1) / world;

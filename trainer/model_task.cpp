@@ -146,7 +146,7 @@ struct LmTask : ModelTask {
   double entropy_floor() const override { return data.entropy_floor; }
 };
 
-// --arch transformer: a ParallelCorpus and a TranslationModel; SPEC 5 for padded batches
+// --arch transformer: a ParallelCorpus and a TranslationModel; contract §5 for padded batches
 // (translation_data.h): update batches of the global tokens per update, visited in a seeded
 // order, cut into update_freq x ranks contiguous pieces.
 struct TranslationTask : ModelTask {

@@ -5,7 +5,7 @@
 // <eos>. The decoder input is <eos> followed by the target without its final <eos> (fairseq's
 // prev_output_tokens), so <eos> doubles as the start symbol. Sequences are right-padded.
 //
-// Batching (SPEC 5 for padded batches): sentence pairs are sorted by (target length, source
+// Batching (contract §5 for padded batches): sentence pairs are sorted by (target length, source
 // length, index) and cut greedily into *update batches* whose padded size
 // n * max(longest source, longest target) stays within the update's global tokens,
 // max_tokens * ranks * update_freq. Each epoch visits the update batches in an order drawn from

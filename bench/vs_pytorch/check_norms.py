@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Checks model.py's batch and power norms against pntrain's pnnorm (SPEC section 7).
+"""Checks model.py's batch and power norms against pntrain's pnnorm (docs/contract.md §7).
 
     /usr/bin/python3 bench/vs_pytorch/check_norms.py [BUILD_DIR]     # default build-vs
 
@@ -7,7 +7,7 @@ Runs T = 5 training iterations (PN warmup 2, so both PN regimes) of N = 64 rows,
 pnnorm and through PowerNorm / TokenBatchNorm, and prints the largest relative difference of
 y, dx, dgamma, dbeta, every running statistic and the inference output. Expected: float
 rounding (~1e-7) everywhere except batch's running_var and y_eval, where nn.BatchNorm1d keeps
-the unbiased variance (factor N/(N-1)) and pntrain the biased one (SPEC section 2).
+the unbiased variance (factor N/(N-1)) and pntrain the biased one (docs/contract.md §2).
 """
 import os
 import subprocess

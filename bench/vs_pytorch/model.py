@@ -1,4 +1,4 @@
-"""PyTorch twins of pntrain's language model (SPEC section 8) and translation model, for
+"""PyTorch twins of pntrain's language model (docs/contract.md §8) and translation model, for
 bench/vs_pytorch.
 
 Pre-norm Transformer decoder, as model/lm.cpp:
@@ -9,7 +9,7 @@ Init as pntrain: E ~ N(0, d^-1/2); linear weights Xavier uniform on [out, in] (t
 projection is one [3d, d] matrix), biases 0; norm gamma 1, beta 0.
 Loss: fairseq's label-smoothed cross-entropy (kernels/cpu/loss.cpp), summed over tokens.
 
-Norms (SPEC section 2, the model's rows are its tokens; the LM's rows are never masked, the
+Norms (docs/contract.md §2, the model's rows are its tokens; the LM's rows are never masked, the
 translation model's padded rows enter no statistic):
   layer: nn.LayerNorm;  batch: nn.BatchNorm1d over the [tokens, d] view (statistics over all
   tokens of the micro-batch);  power: PowerNorm below (layers/norms/power_norm.h).

@@ -714,7 +714,7 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
     L.append("")
     if warm:
         W = warm["warmup"]
-        L.append("`--pn-variant paper` (SPEC) normalizes with the batch psi_B^2 during the first "
+        L.append("`--pn-variant paper` (docs/contract.md) normalizes with the batch psi_B^2 during the first "
                  "W = %d updates while its running psi^2 is the cumulative mean of every psi_B^2 "
                  "since initialisation (psi^2 = 1 at t = 0); validation divides by the running "
                  "psi^2. The table gives, per PN layer of the probed first-seed cells, the mean "

@@ -1,4 +1,4 @@
-// pnnorm: runs one norm layer on .npy data (SPEC section 7), for checking it against another
+// pnnorm: runs one norm layer on .npy data (docs/contract.md §7), for checking it against another
 // framework. T training iterations (forward then backward, parameters fixed, state carried),
 // then inference on X[T-1]. Under mpirun -np R, rank r takes rows [floor(r N/R),
 // floor((r+1) N/R)) of every iteration; rank 0 writes y, dx, y_eval in the original row order
@@ -32,7 +32,7 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   std::string x_path, dy_path, mask_path, gamma_path, beta_path, out, device_name = "cpu";
   int sync_group_size = 0;
   po::options_description desc(
-      "pnnorm: run one norm layer on .npy data (SPEC section 7)\n"
+      "pnnorm: run one norm layer on .npy data (docs/contract.md §7)\n"
       "  pnnorm --norm NAME --x X.npy --dy DY.npy [--mask M.npy] --out DIR\n"
       "X, DY: float32 (T, N, d); M: (T, N) bool/uint8/float32, nonzero = real token.\n"
       "Writes y.npy, dx.npy (T, N, d), dgamma.npy, dbeta.npy (T, d), y_eval.npy (N, d) and\n"

@@ -1,4 +1,4 @@
-// BatchNorm over the statistics batch S (the unmasked rows; SPEC section 2), paper eq. 3.
+// BatchNorm over the statistics batch S (the unmasked rows; docs/contract.md §2), paper eq. 3.
 // Forward (training), per feature column, B = |S|:
 //   mu_B = mean_S x;  sigma_B^2 = mean_S (x - mu_B)^2 (biased);  rstd = 1/sqrt(sigma_B^2 + eps)
 //   xh = (x - mu_B) * rstd;  y = gamma * xh + beta           (masked rows too)

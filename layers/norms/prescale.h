@@ -1,4 +1,4 @@
-// Pre-scaling (the paper's "layer-scale layer", appendix A.1; SPEC section 2): a
+// Pre-scaling (the paper's "layer-scale layer", appendix A.1; docs/contract.md §2): a
 // parameter-free per-row scaling before a batch-type norm, with G groups of d/G consecutive
 // features (G = 1: the whole row) and the inner layer's eps:
 //   r = sqrt(mean_group x^2 + eps);  z = x / r;  y = inner(z)

@@ -1,4 +1,4 @@
-// Under mpirun: SPEC 4's three ways to make one update, and exact resume with
+// Under mpirun: contract §4's three ways to make one update, and exact resume with
 // rank-local PN state.
 #include <glog/logging.h>
 #include <gtest/gtest.h>

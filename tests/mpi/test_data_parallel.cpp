@@ -1,6 +1,6 @@
 // Data parallelism under mpirun -np 2 and -np 3:
 // parameters stay identical on every rank, and R ranks at max_tokens B/R reproduce one
-// process at B (LayerNorm, dropout 0): SPEC sections 4 and 5.
+// process at B (LayerNorm, dropout 0): docs/contract.md §4 and §5.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -1,7 +1,7 @@
 // Ranks on a device: the synchronized norms' statistics and the gradient buckets go through the
 // device path of the communicator. On the stand-in device (no device collectives) they are
 // staged through the host, as for ranks sharing one GPU; the result must equal the CPU run bit
-// for bit, and sync_batch at R ranks must equal batch in one process (SPEC 4).
+// for bit, and sync_batch at R ranks must equal batch in one process (contract §4).
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Synchronized norms across ranks (SPEC section 3), under mpirun -np 2 and -np 3:
+// Synchronized norms across ranks (docs/contract.md §3), under mpirun -np 2 and -np 3:
 // uneven per-rank shares, including a rank with no rows, reproduce one process holding all the
 // rows (y, dx, dgamma/dbeta summed over ranks, running state), iteration after iteration; the
 // rank-local `power` equals a one-process run on the rank's own rows.
@@ -195,7 +195,7 @@ TEST(SyncNorms, PowerStateIsRankLocal) {
   EXPECT_EQ(st["t"][0], n > 0 ? 4.0 : 0.0);
 }
 
-// PN, both variants, against the SPEC pseudo-code (tests/pn_reference.h) in double precision
+// PN, both variants, against the contract's pseudo-code (docs/contract.md §2; tests/pn_reference.h) in double precision
 // across the warmup boundary (W = 3 of 5 iterations), masked rows and uneven shares including a
 // rank with none: `sync_power` against the pseudo-code over every rank's rows, `power` on each
 // rank against the pseudo-code over that rank's own rows.

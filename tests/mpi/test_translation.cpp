@@ -1,4 +1,4 @@
-// Translation under mpirun: SPEC 4's update splits with `layer` and `sync_batch`
+// Translation under mpirun: contract §4's update splits with `layer` and `sync_batch`
 // encoders, and the bucketed gradient all-reduce of the encoder-decoder (whose gradients
 // complete in a different order than the LM's).
 #include <glog/logging.h>
@@ -69,7 +69,7 @@ TEST(TranslationAllReduce, BucketedOverlapEqualsOneAllReduceAfterTheBackward) {
   EXPECT_LT(max_diff, 1e-5);
 }
 
-// SPEC 6 at R ranks for the encoder-decoder: rank-local PN state in the encoder, dropout on;
+// contract §6 at R ranks for the encoder-decoder: rank-local PN state in the encoder, dropout on;
 // 6 updates straight equal 3 + 3 resumed from checkpoint_3, bit for bit, on every rank.
 TEST(TranslationResume, PowerEncoderAtRRanksResumesExactly) {
   FLAGS_minloglevel = 1;

@@ -1,7 +1,7 @@
-// Checks shared by the LM and translation tests under mpirun: loss-curve differences, SPEC 4's
+// Checks shared by the LM and translation tests under mpirun: loss-curve differences, contract §4's
 // three ways to make one update (one process with the whole update in one micro-batch, one
 // process in `micro_steps` accumulated micro-steps, the world's R ranks with 1/R each), and the
-// running state of every norm of a trainer's model (SPEC 6 resume checks).
+// running state of every norm of a trainer's model (contract §6 resume checks).
 #pragma once
 #include <algorithm>
 #include <cmath>

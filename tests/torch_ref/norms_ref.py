@@ -1,8 +1,8 @@
-"""PyTorch float64 reference of pntrain's norm layers (SPEC sections 2 and 3).
+"""PyTorch float64 reference of pntrain's norm layers (docs/contract.md §2 and §3).
 
 Exact-gradient layers (layer, rms, group, batch, power_v, optional pre-scaling) use autograd of
-L = sum over unmasked rows of y * dy, whose gradient is SPEC's: masked rows' dx = 0 and they
-enter no statistic or parameter gradient. PN (power, sync_power) is the SPEC pseudo-code written
+L = sum over unmasked rows of y * dy, whose gradient is the contract's: masked rows' dx = 0 and they
+enter no statistic or parameter gradient. PN (power, sync_power) is the contract's pseudo-code (docs/contract.md §2) written
 out, both variants (paper, authors). A sync_* layer is its local twin over all ranks' rows at once.
 """
 import numpy as np
@@ -130,7 +130,7 @@ class Ref:
         xh = x / s
         y = g_ * xh + b_
         g = g_ * dy
-        if o.pn_variant == "authors":  # SPEC: PN as the authors' public code computes it
+        if o.pn_variant == "authors":  # contract: PN as the authors' public code computes it
             if t < o.warmup:
                 psi2 = psi2 + (psi2_b - psi2) / t
             psi2 = o.alpha_fwd * psi2 + (1 - o.alpha_fwd) * psi2_b
