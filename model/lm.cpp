@@ -1,6 +1,7 @@
 #include "model/lm.h"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -118,8 +119,11 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
   embed.backward(tokens.data(), grad_a.data(), rows);
   if (grads_ready) grads_ready(0);
   const auto t2 = clock::now();
-  forward_s = std::chrono::duration<double>(t1 - t0).count();
-  backward_s = std::chrono::duration<double>(t2 - t1).count();
+  // The host's clock times the halves only where the kernels run as they are called (the
+  // CPU): on a GPU or the stand-in it would time their launches, so they go untimed (NaN).
+  const bool host_timed = current_device() == Device::CPU;
+  forward_s = host_timed ? std::chrono::duration<double>(t1 - t0).count() : NAN;
+  backward_s = host_timed ? std::chrono::duration<double>(t2 - t1).count() : NAN;
 }
 
 template <class T>

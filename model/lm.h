@@ -60,6 +60,7 @@ struct LanguageModel {
   Buf<double> sums;
   size_t final_norm_begin = 0;             // offset of the final norm's parameters
   double forward_s = 0, backward_s = 0;    // wall time of the last forward_backward's halves
+                                           // (CPU only; NaN where kernels run asynchronously)
 
   LanguageModel(const ModelConfig& c, uint64_t seed, Communicator* comm);
 

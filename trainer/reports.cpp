@@ -130,9 +130,10 @@ void Trainer::record_update(Run* run, int64_t update, const UpdateStats& s) {
   // Time split of rank 0: forward and backward include the statistics all-reduces of
   // synchronized norms (also given alone); grad_comm_s is the gradient all-reduce time
   // not hidden behind the backward.
-  j["time"] = {{"forward_s", s.fwd_s},           {"backward_s", s.bwd_s},
-               {"stats_comm_s", s.stats_comm_s}, {"grad_comm_s", s.grad_comm_s},
+  // forward_s and backward_s only where the host's clock can time them (the CPU).
+  j["time"] = {{"stats_comm_s", s.stats_comm_s}, {"grad_comm_s", s.grad_comm_s},
                {"optimizer_s", s.optim_s}};
+  if (std::isfinite(s.fwd_s)) j["time"]["forward_s"] = s.fwd_s, j["time"]["backward_s"] = s.bwd_s;
   if (stats_communicator().wait_apart) j["time"]["stats_wait_s"] = s.stats_wait_s;
   j["peak_rss_mb"] = peak_rss_mb();
   if (const size_t gpu = device_peak_bytes()) j["device_peak_mb"] = double(gpu) / (1 << 20);
@@ -146,7 +147,8 @@ void Trainer::record_update(Run* run, int64_t update, const UpdateStats& s) {
   if (opt_.log_timing)
     LOG(INFO) << std::fixed << std::setprecision(1) << "timing | update " << update + 1
               << " | forward " << 1e3 * s.fwd_s << " ms | backward " << 1e3 * s.bwd_s
-              << " ms (stats all-reduce " << 1e3 * s.stats_comm_s << " ms) | gradient "
+              << " ms" << (std::isfinite(s.fwd_s) ? "" : " (not timed on this device)")
+              << " (stats all-reduce " << 1e3 * s.stats_comm_s << " ms) | gradient "
               << "all-reduce exposed " << 1e3 * s.grad_comm_s << " ms | optimizer "
               << 1e3 * s.optim_s << " ms | peak rss " << std::setprecision(0) << peak_rss_mb()
               << " MB";

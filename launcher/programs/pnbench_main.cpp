@@ -160,7 +160,10 @@ Medians read_medians(const std::string& path, int first_update, bool odd_updates
     if (!j.contains("time") || j["update"].get<int64_t>() < first_update) continue;
     if (odd_updates_only && j["update"].get<int64_t>() % 2 == 0) continue;  // probed
     const auto& t = j["time"];
-    const double fwd_bwd = t["forward_s"].get<double>() + t["backward_s"].get<double>();
+    // A GPU run has no host-timed forward and backward (reports.cpp): compute is then unknown.
+    const double fwd_bwd = t.contains("forward_s")
+                               ? t["forward_s"].get<double>() + t["backward_s"].get<double>()
+                               : NAN;
     const double s = t["stats_comm_s"].get<double>(), g = t["grad_comm_s"].get<double>(),
                  o = t["optimizer_s"].get<double>(), w = j["wall_s"].get<double>();
     tps.push_back(j["tokens_per_s"].get<double>());
