@@ -27,29 +27,11 @@ void Trainer::plan_buckets() {
 }
 
 void Trainer::start_gradient_allreduce(Bucket& bk) {
-  float* g = params().grad.data() + bk.begin;
-  const size_t n = bk.end - bk.begin;
-  const Context& ctx = current_context();
-  if (ctx.device == Device::CPU) {
-    bk.host = comm_.iallreduce_sum(g, n);
-    bk.sum = Bucket::Sum::host;
-  } else if (ctx.device == Device::CUDA && comm_.device_collectives()) {
-    bk.device = comm_.iallreduce_sum_device(g, n, ctx.stream);  // own stream, after this one
-    bk.sum = Bucket::Sum::device;
-  } else {  // staged through the host, blocking
-    allreduce_staged(comm_, g, n);
-    bk.sum = Bucket::Sum::done;
-  }
+  bk.sum = start_allreduce_sum_here(comm_, params().grad.data() + bk.begin, bk.end - bk.begin);
 }
 
 void Trainer::finish_gradient_allreduce() {
-  const Context& ctx = current_context();
-  for (Bucket& bk : buckets_) {
-    if (bk.sum == Bucket::Sum::host) comm_.wait(bk.host);
-    if (bk.sum == Bucket::Sum::device)
-      comm_.wait_device(bk.device, ctx.stream);  // later work on the stream waits for it
-    bk.sum = Bucket::Sum::idle;
-  }
+  for (Bucket& bk : buckets_) finish_sum(comm_, &bk.sum);
 }
 
 void Trainer::check_consistency(int64_t update) {

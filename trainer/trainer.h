@@ -20,6 +20,7 @@
 
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
+#include "layers/device_allreduce.h"
 #include "kernels/buffer.h"
 #include "model/lm.h"
 #include "model/translation.h"
@@ -133,11 +134,7 @@ class Trainer {
   // host (ranks sharing a GPU, the stand-in device).
   struct Bucket {
     size_t begin = 0, end = 0;
-    // This update's sum: not started, pending on the host (MPI) or on the device (NCCL), or
-    // done (staged through the host, which blocks).
-    enum class Sum { idle, host, device, done } sum = Sum::idle;
-    Communicator::Request host;
-    Communicator::DeviceRequest device;
+    PendingSum sum;  // this update's sum, while it runs (layers/device_allreduce.h)
   };
   void plan_buckets();
   void start_gradient_allreduce(Bucket& bucket);

@@ -124,10 +124,10 @@ void Trainer::forward_backward(int64_t update, UpdateStats* s) {
   // Gradients are reduced once per update: buckets start during the last backward.
   const ModelTask::GradsReady start_ready_buckets = [&](size_t begin) {
     for (Bucket& bk : buckets_) {
-      if (bk.sum == Bucket::Sum::idle && bk.begin >= begin)
+      if (bk.sum.kind == PendingSum::Kind::none && bk.begin >= begin)
         start_gradient_allreduce(bk);
-      else if (bk.sum == Bucket::Sum::host)
-        comm_.test(bk.host);  // MPI progresses inside MPI calls
+      else if (bk.sum.kind == PendingSum::Kind::host)
+        comm_.test(bk.sum.host);  // MPI progresses inside MPI calls
     }
   };
   for (int micro = 0; micro < opt_.update_freq; ++micro) {

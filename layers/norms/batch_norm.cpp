@@ -28,7 +28,7 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
   // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
   k::column_stats<T>(x, mask, rows, d, running_mean.data(), stats.data(), stats.data() + 1,
                      stats.data() + 1 + d);
-  if (comm) allreduce_stats(*comm, stats.data(), stats.size());
+  if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   // The probe compares the batch statistics with the running ones of before this update.
   std::vector<double> rm0, rv0;
   if (this->probe) rm0 = host_copy(running_mean.data(), d), rv0 = host_copy(running_var.data(), d);
@@ -51,7 +51,7 @@ void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   const double* count = stats.data();
   k::column_dot<T>(dy, x, mask, rows, d, mean.data(), sums.data(), sums.data() + d);
   k::batch_param_grads<T>(count, sums.data(), d, rstd.data(), store->g(gamma), store->g(beta));
-  if (comm) allreduce_stats(*comm, sums.data(), sums.size());
+  if (comm) allreduce_sum_here(*comm, sums.data(), sums.size());
   const T* gm = store->p(gamma);
   // a = mean_S g, b = mean_S g xh (0 for an empty set, whose rows are all masked: dx = 0).
   k::batch_backward_coeffs<T>(count, sums.data(), d, gm, rstd.data(), a.data(), b.data());

@@ -69,18 +69,6 @@ inline void write_state(const StateTensor& t, const double* values) {
   copy_to_device(t.data, values, t.n * sizeof(double));
 }
 
-// Sums a layer's statistics (memory of the current device) over every rank, in stream order:
-// through MPI on the CPU, through the communicator's device collectives (NCCL on the compute
-// stream) on a GPU, and staged through the host where it has none (ranks sharing one GPU, the
-// stand-in device).
-inline void allreduce_stats(Communicator& comm, double* buf, size_t n) {
-  const Context& ctx = current_context();
-  if (ctx.device == Device::CPU) return comm.allreduce_sum(buf, n);
-  if (ctx.device == Device::CUDA && comm.device_collectives())
-    return comm.allreduce_sum_device(buf, n, ctx.stream);
-  allreduce_staged(comm, buf, n);
-}
-
 template <class T>
 struct Norm {
   virtual ~Norm() = default;

@@ -33,7 +33,7 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
                                     &inv_s_b);
   // [count | sum x^2] of this rank, then of every rank.
   k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
-  if (comm) allreduce_stats(*comm, stats.data(), stats.size());
+  if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   if (this->probe) {
     // psi2_ratio: mean over features of psi^2 / psi_B^2 (the running value before this update,
     // the one inference would use): far from 1, inference scales the layer's output wrongly.

@@ -22,7 +22,7 @@ void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
                                     &scratch);
   // [count | sum x^2]; an empty set takes the inference scale and leaves psi^2 alone.
   k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
-  if (comm) allreduce_stats(*comm, stats.data(), stats.size());
+  if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   if (this->probe) {
     const Psi2Probe pr = probe_psi2(stats.data(), running_psi2.data(), d);
     if (pr.valid) this->probe_values = {{"dist_psi2", pr.distance}};

@@ -34,7 +34,7 @@ void psi_backward_sums(const T* x, const T* dy, const uint8_t* mask, int rows, i
   k::column_dot<T>(dy, x, mask, rows, d, nullptr, sums->data(), sums->data() + d);
   k::psi_param_grads<T>(count, sums->data(), d, inv_s, store.p(gamma), store.g(gamma),
                         store.g(beta), g_xh->data());
-  if (comm) allreduce_stats(*comm, g_xh->data(), size_t(d));
+  if (comm) allreduce_sum_here(*comm, g_xh->data(), size_t(d));
 }
 
 }  // namespace pn
