@@ -36,8 +36,14 @@
 #                   --attention materialized against PyTorch on the GPU (eager
 #                   and torch.compile, fp32 and bf16 autocast; bench/vs_pytorch/compare.py),
 #                   config by config in --compare's order: tokens/s, peak GPU memory, MFU
+#   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`
+#                   with --reproduce 'ARGS' (default '--long --seeds 1,2,3'; add --norms,
+#                   --dropouts, --figure5 as on the CPU) into REPORT_DIR/results/
+#                   reproduce_lm_<preset>_cuda, starting from that folder of the working tree:
+#                   cells committed from an earlier call are skipped, and a cell the budget cuts
+#                   short runs again next time. Commit what comes back under results/.
 set -uo pipefail
-BUNDLE="" OUT="" ONLY="" BUDGET=570
+BUNDLE="" OUT="" ONLY="" BUDGET=570 REPRODUCE="--long --seeds 1,2,3"
 COMPARE="gpt2_small_wt2:wikitext-2:layer,power ptb_small:ptb:layer,power"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +52,7 @@ while [ $# -gt 0 ]; do
     --steps) ONLY=",$2,"; shift 2 ;;
     --budget-s) BUDGET="$2"; shift 2 ;;
     --compare) COMPARE="$2"; shift 2 ;;
+    --reproduce) REPRODUCE="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; exit 0 ;;  # the comment above
     *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
   esac
@@ -251,6 +258,33 @@ PY
   else
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi
+fi
+# ---- the paper's tables on the GPU (only when --steps names reproduce) -----------------------
+if [[ "$ONLY" == *",reproduce,"* ]]; then
+  preset=$(grep -oE -- '--(quick|medium|long|full)' <<<"$REPRODUCE" | head -n 1)
+  cells="results/reproduce_lm_${preset#--}_cuda"
+  mkdir -p "$OUT/$cells"
+  [ -d "$ROOT/$cells" ] && cp -r "$ROOT/$cells/." "$OUT/$cells/"
+  # The preset reads PTB from ../shared/data/ptb beside the tree, on every machine alike (the
+  # cells' recorded commands name it so); here it is the bundle's copy.
+  if [ ! -e "$ROOT/../shared/data/ptb" ] && [ -d "$B/ptb" ]; then
+    mkdir -p "$ROOT/../shared/data" && ln -s "$B/ptb" "$ROOT/../shared/data/ptb"
+  fi
+  left=$((BUDGET - 10 - SECONDS))
+  # The budget ends reproduce.py with SIGINT (its cell's processes end with it); the cells that
+  # finished are kept, so a cut is no failure.
+  # shellcheck disable=SC2086
+  step reproduce $left bash -c 'timeout -s INT "$1" "${@:2}"; rc=$?
+    [ $rc -eq 124 ] && { echo "the budget is spent: finished cells kept, the rest next call"; exit 0; }
+    exit $rc' _ $((left - 15)) python3 "$ROOT/launcher/analysis/reproduce.py" --pntrain "$B/pntrain" \
+    --device cuda --out "$OUT/$cells" $REPRODUCE
+  # What comes back: the finished cells without their checkpoints; a cell cut short goes whole
+  # (it starts afresh next call rather than append to its metrics without its checkpoint).
+  for d in "$OUT/$cells"/*/*/; do
+    [ -f "$d/cmd.txt" ] || continue
+    if [ -f "$d/trained.json" ]; then rm -rf "$d/checkpoints"; else rm -rf "$d"; fi
+  done
+  [ -f "$OUT/$cells/REPORT.md" ] && grep -E '^\| ' "$OUT/$cells/REPORT.md" | head -n 40 >> "$OUT/report.txt"
 fi
 write_report true
 if grep -qE '^[a-z_0-9]+ +(fail|timeout|skipped|killed) ' "$OUT/report.txt"; then
