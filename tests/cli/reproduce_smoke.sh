@@ -71,6 +71,34 @@ out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --
 grep -q "power .*seed 2: running" <<<"$out" || fail "medium --seeds 2 did not train PN: $out"
 [ "$(grep -c "tune power alpha .*done before, skipped" <<<"$out")" -eq 3 ] ||
   fail "medium --seeds 2 tuned again: $out"
+# The statistics over seeds: LN and PN with 2 seeds each now, so the report gives PN's
+# difference to LN with its interval; Welch's t against values by hand.
+"$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
+  --norms layer,power --seeds 1,2 --out "$tmp/md" -- "${mflags[@]}" >/dev/null 2>&1
+grep -q "^| PN (paper) | 2 | [0-9.]* ± [0-9.]* | [-+][0-9.]* ([-+][0-9.]*%) | \[[-+][0-9.]*, [-+][0-9.]*\] | [0-9.]* |" \
+  "$tmp/md/REPORT.md" || fail "medium: no PN row with a 95% interval: $(grep -A8 'Over seeds' "$tmp/md/REPORT.md")"
+grep -q "^| LN s1 | [0-9]* | [0-9.]* |" "$tmp/md/REPORT.md" || fail "medium: no matched-loss row for LN"
+PYTHONPATH="$here/../../launcher/analysis" "$py" -c '
+from seed_stats import t_quantile, t_sf2, welch
+assert abs(t_quantile(0.975, 1) - 12.706) < 1e-3 and abs(t_quantile(0.975, 10) - 2.228) < 1e-3
+assert abs(t_sf2(2.0, 5) - 0.1019) < 1e-4
+w = welch([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])   # diff -2, se sqrt(5/3), df 2.94, t 1.55: p 0.22, t_0.975 3.22
+assert abs(w["diff"] + 2) < 1e-12 and abs(w["df"] - 2.9412) < 1e-3 and 0.21 < w["p"] < 0.23, w
+assert abs(w["lo"] + 6.155) < 0.01 and abs(w["hi"] - 2.155) < 0.01, w
+assert welch([1.0], [2.0, 3.0]) is None' || fail "seed_stats: Welch against values by hand"
+# The dropout control: every norm at each dropout, the config's 0.3 being the table's cell.
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
+      --norms layer,power --dropouts 0.1,0.3 --out "$tmp/md" -- "${mflags[@]}" 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "dropouts: exit $rc: $out"
+grep -q "layer .*dropout 0.3 seed 1: done before, skipped" <<<"$out" || fail "dropouts: LN at 0.3 is not the table's cell: $out"
+grep -q "layer .*dropout 0.1 seed 1: running" <<<"$out" || fail "dropouts: LN at 0.1 did not run: $out"
+grep -q -- "--dropout 0.1" "$tmp/md/dropout/layer_d0.1_s1/cmd.txt" || fail "dropouts: no --dropout 0.1 in the cell's command"
+grep -q "^| LN | 1 | [0-9.]* ([0-9.]*) | [0-9.]* ([0-9.]*) |" "$tmp/md/DROPOUT.md" &&
+  grep -q "^| PN (paper) | 0\.[13] | 1 |" "$tmp/md/DROPOUT.md" ||
+  fail "dropouts: DROPOUT.md lacks the cells or the best-dropout row: $(cat "$tmp/md/DROPOUT.md")"
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
+      --dropouts 0.1,1.5 --out "$tmp/md" 2>&1)
+grep -q "must be comma-separated values in \[0, 1)" <<<"$out" || fail "dropouts 1.5: $out"
 # The long preset: the medium cells with the config's 30 epochs, patience 10 and PN's alphas
 # from the config (no tuning runs).
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --long --data builtin \
