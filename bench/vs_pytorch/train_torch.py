@@ -57,7 +57,7 @@ import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from model import (NORM_SITES, TransformerLM, TransformerMT, label_smoothed_loss,  # noqa: E402
+from model import (NORM_SITES, LMWithLoss, TransformerLM, TransformerMT, label_smoothed_loss,  # noqa: E402
                    load_pn_export)
 
 # pntrain's defaults (trainer/options.h) for the keys we use.
@@ -112,6 +112,9 @@ def parse_args(argv=None):
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
                     help="bf16: autocast with fp32 master weights (CPU or GPU); tf32: GPU "
                     "matmuls in tf32")
+    ap.add_argument("--pad-vocab", type=int, default=None,
+                    help="LM: the embedding's rows rounded up to a multiple of this, the padded "
+                    "logits -inf (default 64 on a GPU, 1 on the CPU)")
     ap.add_argument("--init", default=None, help="translation: start from the parameters of "
                     "this `pn export` (.safetensors) instead of a fresh init")
     # overrides of the config (pntrain's flag names)
@@ -146,6 +149,10 @@ def parse_args(argv=None):
         ap.error("--init loads a translation model's export")
     if args.threads <= 0:
         args.threads = max(1, (os.cpu_count() or 1) // args.ranks)
+    if args.pad_vocab is None:
+        args.pad_vocab = 64 if args.device == "cuda" else 1
+    if args.pad_vocab < 1:
+        ap.error("--pad-vocab must be positive")
     if args.device == "cuda" and args.ranks != 1:
         ap.error("--device cuda runs one rank (one GPU)")
     if args.device == "cpu" and args.precision == "tf32":
@@ -447,7 +454,8 @@ class LmTask:
                                    cfg["decoder-attention-heads"], cfg["decoder-ffn-embed-dim"],
                                    tps, cfg["dropout"], args.norm, cfg["norm-eps"],
                                    cfg["norm-alpha"], cfg["pn-alpha-fwd"], cfg["pn-alpha-bkw"],
-                                   pn_warmup(cfg))
+                                   pn_warmup(cfg), args.pad_vocab)
+        self.trained = LMWithLoss(self.model)  # what DDP and torch.compile wrap
 
     def to(self, dev):
         self.dev = dev
@@ -467,8 +475,7 @@ class LmTask:
             seqs = self.pool[(update * self.ufreq + micro) % len(self.pool)]
             inp, tgt = seqs[:, :-1], seqs[:, 1:]
         with autocast:
-            logits = forward(inp)
-        loss, nll = label_smoothed_loss(logits.float(), tgt, self.eps)
+            loss, nll = forward(inp, tgt, self.eps)
         return loss, nll, tgt.numel()
 
     def describe(self):
@@ -569,12 +576,13 @@ def run(rank, args, cfg, port, queue):
     # all-reduces overlapped with the backward), which averages the gradients over the ranks.
     # Norm state stays rank-local, as pntrain's power and batch keep it (no broadcast of
     # buffers before each forward, which would also cost a copy per micro-step).
+    trained = getattr(task, "trained", model)  # the LM with its loss, the translation model
     ddp = torch.nn.parallel.DistributedDataParallel(
-        model, broadcast_buffers=False) if R > 1 else None
+        trained, broadcast_buffers=False) if R > 1 else None
     # Translation batches change shape every update: one dynamic-shape graph, not a
     # recompilation per shape.
     compile_args = {"dynamic": True} if translation else {}
-    forward = torch.compile(ddp or model, **compile_args) if args.compile else (ddp or model)
+    forward = torch.compile(ddp or trained, **compile_args) if args.compile else (ddp or trained)
     autocast = (torch.autocast(args.device, dtype=torch.bfloat16) if args.precision == "bf16"
                 else contextlib.nullcontext())
     adam = dict(lr=cfg["lr"], betas=(cfg["adam-betas-1"], cfg["adam-betas-2"]),
