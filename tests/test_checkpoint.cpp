@@ -244,7 +244,7 @@ TEST(CheckpointFile, EveryDamagedPartIsReportedAsCorruptNamingTheFile) {
   std::vector<char> bad = good;
   bad[16 + f.header.dump().find("32")] = '6';
   write_bytes(path, bad);
-  EXPECT_THROW(checkpoint_config(d.path.string()), CorruptCheckpoint);
+  EXPECT_THROW(checkpoint_flags(d.path.string()), CorruptCheckpoint);
 }
 
 // Trains 4 updates into dir, saving checkpoint_2 and checkpoint_4.

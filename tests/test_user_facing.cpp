@@ -274,13 +274,20 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   Options trained = small(d.path.string());
   Trainer(trained, *comm, corpus_of("cat")).train();
   const std::string ck = (d.path / "checkpoint_2").string();
-  const auto stored = checkpoint_config(ck);
+  const auto stored = checkpoint_flags(ck);
   ASSERT_FALSE(stored.empty());
+  // One stored form: the options, every flag's value as text, and nothing else.
+  const nlohmann::json header = read_checkpoint_header(ck + "/model.bin");
+  EXPECT_TRUE(header.contains("options"));
+  EXPECT_FALSE(header.contains("config"));
+  EXPECT_FALSE(header.contains("flags"));
+  EXPECT_EQ(stored.at("decoder-embed-dim"), "32");
+  EXPECT_EQ(stored.count("save-dir"), 0u);
 
   Options eval;  // nothing but the checkpoint
   eval.eval_only = true;
   eval.restore_file = ck;
-  apply_checkpoint_flags(stored, ck, &eval);
+  take_checkpoint_flags(stored, ck, &eval);
   EXPECT_EQ(eval.decoder_embed_dim, 32);
   EXPECT_EQ(eval.decoder_layers, 1);
   EXPECT_EQ(eval.norm_self, "power");
@@ -292,7 +299,7 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   clash.decoder_embed_dim = 64;
   clash.given.insert("decoder-embed-dim");
   try {
-    apply_checkpoint_flags(stored, ck, &clash);
+    take_checkpoint_flags(stored, ck, &clash);
     ADD_FAILURE() << "a disagreeing flag was accepted";
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
@@ -302,7 +309,49 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   Options same;  // a given flag that agrees is fine
   same.decoder_embed_dim = 32;
   same.given.insert("decoder-embed-dim");
-  EXPECT_NO_THROW(apply_checkpoint_flags(stored, ck, &same));
+  EXPECT_NO_THROW(take_checkpoint_flags(stored, ck, &same));
+
+  Options other_lr;  // a training flag given otherwise: applied, with one note naming both
+  other_lr.lr = 0.001;
+  other_lr.given.insert("lr");
+  take_checkpoint_flags(stored, ck, &other_lr);
+  EXPECT_EQ(other_lr.lr, 0.001);
+  ASSERT_EQ(other_lr.notes.size(), 1u);
+  EXPECT_NE(other_lr.notes[0].find("--lr 0.001 (the checkpoint's run: 0.003)"), std::string::npos)
+      << other_lr.notes[0];
+}
+
+// Checkpoints written before "options" was the one stored form kept "config" (the model and data
+// flags as JSON values), "flags" (the given flags as written) and "options": they still give the
+// run's flags.
+TEST(CheckpointConfig, OlderHeadersGiveTheSameFlags) {
+  const nlohmann::json old = {
+      {"config", {{"decoder-embed-dim", 32}, {"norm-eps", 1e-5}, {"norm-self", "power"},
+                  {"share-all-embeddings", false}, {"data", "/abs/corpus"}}},
+      {"flags", {{"lr", "3e-3"}, {"decoder-embed-dim", "32"}, {"norm", "power"},
+                 {"adam-betas", "(0.8, 0.9)"}}},
+      {"options", {{"lr", "0.003"}, {"decoder-embed-dim", "32"}, {"norm", "power"},
+                   {"adam-betas", "(0.8, 0.9)"}, {"adam-betas-1", "0.9"}, {"dropout", "0.1"},
+                   {"data", "corpus"}}}};
+  const auto stored = stored_flags(old);
+  EXPECT_EQ(stored.at("lr"), "0.003");  // the value the run took
+  EXPECT_EQ(stored.at("data"), "/abs/corpus");
+  EXPECT_EQ(stored.at("norm-eps"), "1e-05");
+  EXPECT_EQ(stored.at("share-all-embeddings"), "false");
+  EXPECT_EQ(stored.count("dropout"), 0u);  // not given: the default then and now
+  Options o;
+  take_checkpoint_flags(stored, "old", &o);
+  EXPECT_EQ(o.lr, 0.003);
+  EXPECT_EQ(o.decoder_embed_dim, 32);
+  EXPECT_EQ(o.norm_self, "power");
+  EXPECT_EQ(o.norm_eps, 1e-5);
+  EXPECT_EQ(o.data, "/abs/corpus");
+  EXPECT_EQ(o.adam_beta1, 0.8);  // fairseq's spelling applied
+  EXPECT_EQ(o.adam_beta2, 0.9);
+  EXPECT_TRUE(o.notes.empty());
+  // "config" alone (the oldest form with flags), and a header with none.
+  EXPECT_EQ(stored_flags({{"config", {{"decoder-layers", 3}}}}).at("decoder-layers"), "3");
+  EXPECT_TRUE(stored_flags(nlohmann::json::object()).empty());
 }
 
 TEST(CheckpointConfig, AnotherVocabularyOfTheSameSizeIsRefused) {
@@ -328,10 +377,10 @@ TEST(CheckpointConfig, OlderCheckpointsWithoutConfigurationStillLoad) {
   Trainer(o, *comm, corpus_of("cat")).train();
   const std::string model = (d.path / "checkpoint_2" / "model.bin").string();
   CheckpointFile f = read_checkpoint_file(model);
-  f.header.erase("config");
+  f.header.erase("options");
   f.header.erase("vocab");
   write_checkpoint_file(model, f);
-  EXPECT_TRUE(checkpoint_config((d.path / "checkpoint_2").string()).empty());
+  EXPECT_TRUE(checkpoint_flags((d.path / "checkpoint_2").string()).empty());
   Trainer t(o, *comm, corpus_of("cat"));
   EXPECT_EQ(t.start_update(), 2);
 }

@@ -140,7 +140,7 @@ ExportSummary export_checkpoint(const Options& options, const std::string& check
   // The checkpoint's configuration fills every model flag not given; one given otherwise is
   // refused, naming both values.
   Options o = options;
-  apply_checkpoint_flags(checkpoint_config(checkpoint), checkpoint, &o);
+  take_checkpoint_flags(checkpoint_flags(checkpoint), checkpoint, &o, TakeFlags::Model);
   validate_options(o);
   if (o.data != "builtin" && !fs::is_directory(o.data))
     throw std::runtime_error(

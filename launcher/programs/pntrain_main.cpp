@@ -174,11 +174,7 @@ int main(int argc, char** argv) {
         restore = resume.dir;
       }
       if (!restore.empty()) {
-        const nlohmann::json run = pn::read_checkpoint_header(restore + "/model.bin");
-        using Flags = std::map<std::string, std::string>;
-        pn::resume_flags(argc, argv, run.value("flags", Flags{}), run.value("options", Flags{}),
-                         restore, &opt);
-        pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
+        pn::take_checkpoint_flags(pn::checkpoint_flags(restore), restore, &opt);
         opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
