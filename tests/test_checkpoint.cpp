@@ -30,7 +30,7 @@ Options patience_options(const std::string& dir) {
   Options o = ckpt_options(dir);
   o.dropout = 0.0;
   o.lr = 1e-12;
-  o.lr_scheduler = "fixed";
+  o.lr_scheduler = LrScheduler::fixed;
   o.warmup_updates = 0;
   o.validate_interval_updates = 1;
   o.patience = 2;

@@ -87,9 +87,9 @@ TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
   // tf32 and bf16 pass the flag checks where a GPU is asked for.
   EXPECT_NO_THROW(validate_options(parse({"--precision", "tf32", "--device", "cuda"})));
   EXPECT_NO_THROW(validate_options(parse({"--bf16", "--device", "cuda"})));
-  EXPECT_EQ(parse({"--log-format", "json"}).log_format, "json");
+  EXPECT_EQ(parse({"--log-format", "json"}).log_format, LogFormat::json);
   EXPECT_THROW(validate_options(parse({"--log-format", "tqdm"})), std::invalid_argument);
-  EXPECT_EQ(parse({"--lr-scheduler", "cosine"}).lr_scheduler, "cosine");
+  EXPECT_EQ(parse({"--lr-scheduler", "cosine"}).lr_scheduler, LrScheduler::cosine);
 }
 
 TEST(Flags, MaxTokensIsRoundedToWholeSamplesAndSaysSo) {
@@ -206,7 +206,7 @@ TEST(Flags, SyncGroupSizeMustDivideTheWorld) {
 
 TEST(Schedule, CosineAgainstValuesByHand) {
   Schedule s;
-  s.scheduler = "cosine";
+  s.scheduler = LrScheduler::cosine;
   s.lr = 1.0, s.min_lr = 0.1, s.warmup_updates = 10, s.lr_period_updates = 100,
   s.lr_shrink = 0.5;
   EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);    // warmup 0 -> 1 over 10 updates
@@ -216,7 +216,7 @@ TEST(Schedule, CosineAgainstValuesByHand) {
   EXPECT_NEAR(learning_rate(s, 160), 0.275, 1e-12);  // (0.5 + 0.05) / 2
   // t_mult 2: periods of 10, 20, 40 updates.
   Schedule m;
-  m.scheduler = "cosine";
+  m.scheduler = LrScheduler::cosine;
   m.lr = 1.0, m.min_lr = 0.0, m.warmup_updates = 0, m.lr_period_updates = 10, m.t_mult = 2,
   m.lr_shrink = 1.0;
   EXPECT_NEAR(learning_rate(m, 5), 0.5, 1e-12);                       // half of period 0
@@ -230,7 +230,7 @@ TEST(Schedule, CosineAgainstValuesByHand) {
 
 TEST(Schedule, PolynomialDecayAgainstValuesByHand) {
   Schedule s;
-  s.scheduler = "polynomial_decay";
+  s.scheduler = LrScheduler::polynomial_decay;
   s.lr = 1.0, s.end_learning_rate = 0.1, s.power = 2, s.warmup_updates = 10,
   s.total_num_update = 110;
   EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);     // warmup from 0
@@ -241,7 +241,7 @@ TEST(Schedule, PolynomialDecayAgainstValuesByHand) {
   s.power = 1;
   EXPECT_NEAR(learning_rate(s, 35), 0.775, 1e-12);  // 0.9 * 0.75 + 0.1
   // The older schedules keep their values.
-  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 400), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::inverse_sqrt, 1e-3, 0, 100, 400), 5e-4);
 }
 
 const Corpus& corpus_of(const std::string& pet) {

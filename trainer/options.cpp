@@ -37,7 +37,8 @@ std::string as_text(const std::string& v) { return v; }
 std::string as_text(bool v) { return v ? "true" : "false"; }
 template <class T>
 std::string as_text(const T& v) {
-  return std::to_string(v);
+  if constexpr (std::is_enum_v<T>) return name_of(v);
+  else return std::to_string(v);
 }
 std::string join(const std::vector<std::string>& items) {
   std::string out;
@@ -84,22 +85,25 @@ struct Choices {
     return v;                                                             \
   }                                                                       \
   constexpr Choices id{id##_names, listed};
-PN_CHOICES(kSchedulers, true, "inverse_sqrt", "fixed", "cosine", "polynomial_decay")
-PN_CHOICES(kArchs, true, "transformer_lm", "transformer")
-PN_CHOICES(kEvalStates, true, "rank0", "mean")
 PN_CHOICES(kDevices, true, "auto", "cpu", "cuda", "sim")
 PN_CHOICES(kPrecisions, true, "fp32", "tf32", "bf16")
 PN_CHOICES(kAttentions, true, "fused", "materialized")
-PN_CHOICES(kLogFormats, true, "simple", "json", "glog")
 PN_CHOICES(kOptimizers, true, "adam")
 #undef PN_CHOICES
-const std::vector<std::string>& pn_variant_names() { return pn_variant_choices(); }
-const std::vector<std::string>& pn_warmup_psi_names() { return pn_warmup_psi_choices(); }
-constexpr Choices kPnVariants{pn_variant_names, false}, kPnWarmupPsi{pn_warmup_psi_names, false};
+// The choices of a flag of an enum type: the enum's names.
+template <class E>
+const std::vector<std::string>& names_of() {
+  return choice_names(E{});
+}
+constexpr Choices kSchedulers{names_of<LrScheduler>, true}, kArchs{names_of<Arch>, true},
+    kEvalStates{names_of<EvalState>, true}, kLogFormats{names_of<LogFormat>, true},
+    kPnVariants{names_of<PnVariant>, false}, kPnWarmupPsi{names_of<PnWarmupPsi>, false};
 constexpr Choices kNorms{norm_kinds, true}, kNone{nullptr, false};
 
 using Member = std::variant<std::string Options::*, int Options::*, double Options::*,
-                            int64_t Options::*, uint64_t Options::*, bool Options::*>;
+                            int64_t Options::*, uint64_t Options::*, bool Options::*,
+                            Arch Options::*, EvalState Options::*, LogFormat Options::*,
+                            LrScheduler Options::*, PnVariant Options::*, PnWarmupPsi Options::*>;
 struct FlagSpec {
   const char* name;
   Member member;
@@ -137,6 +141,13 @@ void set_from_text(const FlagSpec& f, const std::string& text, Options* o) {
         using T = std::decay_t<decltype(o->*m)>;
         if constexpr (std::is_same_v<T, std::string>) {
           o->*m = text;
+        } else if constexpr (std::is_enum_v<T>) {
+          const std::vector<std::string>& names = choice_names(T{});
+          const auto it = std::find(names.begin(), names.end(), text);
+          if (it == names.end())
+            throw std::invalid_argument("--" + std::string(f.name) + " '" + text +
+                                        "' is unknown: choose one of " + join(names));
+          o->*m = T(it - names.begin());
         } else if constexpr (std::is_same_v<T, bool>) {
           if (text != "true" && text != "false" && text != "1" && text != "0")
             throw std::invalid_argument("--" + std::string(f.name) + " '" + text +
@@ -179,8 +190,16 @@ void declare(const FlagSpec& f, Options& o, po::options_description* into) {
         T* p = &(o.*m);
         const po::value_semantic* v = nullptr;
         switch (f.how.kind) {
-          case HowKind::Value: v = po::value(p)->default_value(*p, as_text(*p)); break;
-          case HowKind::Bare: v = po::value(p); break;
+          case HowKind::Value:
+            // An enum's name is parsed after Boost (parse_enums), with the choices' message.
+            if constexpr (std::is_enum_v<T>)
+              v = po::value<std::string>()->default_value(name_of(*p));
+            else
+              v = po::value(p)->default_value(*p, as_text(*p));
+            break;
+          case HowKind::Bare:
+            if constexpr (!std::is_enum_v<T>) v = po::value(p);
+            break;
           case HowKind::Switch:
             if constexpr (std::is_same_v<T, bool>) v = po::bool_switch(p);
             break;
@@ -280,6 +299,18 @@ po::options_description describe(Options& o) {
   return all;
 }
 
+// The flags of an enum type from their names in vm (declare() leaves them to this).
+void parse_enums(const po::variables_map& vm, Options* o) {
+  for (const FlagSpec& f : flag_table())
+    std::visit(
+        [&](auto m) {
+          using T = std::decay_t<decltype(o->*m)>;
+          if constexpr (std::is_enum_v<T>)
+            if (vm.count(f.name)) set_from_text(f, vm[f.name].as<std::string>(), o);
+        },
+        f.member);
+}
+
 // fairseq's spelling of Adam's betas, "(0.9, 0.98)", into adam_beta1 and adam_beta2.
 void apply_adam_betas(Options* o) {
   if (o->adam_betas.empty()) return;
@@ -351,6 +382,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
   }
   for (const auto& [name, value] : vm)
     if (!value.defaulted()) o.given.insert(name);
+  parse_enums(vm, &o);
   // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own, unless
   // --norm is on the command line and the place only in --config (the command line wins).
   if (!o.norm.empty())
@@ -379,7 +411,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
                           "so no loss scaling");
     }
   // A language-model micro-batch holds whole samples: round down, and say so.
-  if (o.arch == "transformer_lm" && o.tokens_per_sample >= 2 &&
+  if (o.arch == Arch::transformer_lm && o.tokens_per_sample >= 2 &&
       o.max_tokens >= o.tokens_per_sample && o.max_tokens % o.tokens_per_sample != 0) {
     const int rounded = o.max_tokens / o.tokens_per_sample * o.tokens_per_sample;
     o.notes.push_back("--max-tokens " + std::to_string(o.max_tokens) +
@@ -430,6 +462,24 @@ std::string nearest_flag(const std::string& unknown) {
   return best;
 }
 
+
+const std::vector<std::string>& choice_names(Arch) {
+  static const std::vector<std::string> names = {"transformer_lm", "transformer"};
+  return names;
+}
+const std::vector<std::string>& choice_names(EvalState) {
+  static const std::vector<std::string> names = {"rank0", "mean"};
+  return names;
+}
+const std::vector<std::string>& choice_names(LogFormat) {
+  static const std::vector<std::string> names = {"simple", "json", "glog"};
+  return names;
+}
+const std::vector<std::string>& choice_names(LrScheduler) {
+  static const std::vector<std::string> names = {"inverse_sqrt", "fixed", "cosine",
+                                                 "polynomial_decay"};
+  return names;
+}
 
 std::map<std::string, std::string> checkpoint_options(const Options& o) {
   std::map<std::string, std::string> out;
@@ -547,13 +597,13 @@ void validate_options(const Options& o) {
   if (o.precision == "tf32" && on_cpu)
     fail("--precision tf32 needs a GPU's tensor cores: the CPU path has fp32 and bf16; drop the "
          "flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
-  if (o.lr_scheduler == "cosine") {
+  if (o.lr_scheduler == LrScheduler::cosine) {
     if (o.min_lr > o.lr) fail("--min-lr must not exceed --lr (the peak) for cosine");
     if (o.t_mult <= 0) fail("--t-mult must be positive");
     if (o.lr_period_updates <= 0 && o.max_update - o.warmup_updates <= 0)
       fail("cosine needs --lr-period-updates or a --max-update above --warmup-updates");
   }
-  if (o.lr_scheduler == "polynomial_decay" &&
+  if (o.lr_scheduler == LrScheduler::polynomial_decay &&
       (o.total_num_update > 0 ? o.total_num_update : o.max_update) <= o.warmup_updates)
     fail("polynomial_decay needs --total-num-update (or --max-update) above --warmup-updates");
   if (o.save_interval < 0 || o.keep_last_epochs < 0)
@@ -563,7 +613,7 @@ void validate_options(const Options& o) {
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
   if (o.sync_group_size < 0)
     fail("--sync-group-size must be >= 0 (0: one group of all ranks)");
-  if (o.arch == "transformer") {
+  if (o.arch == Arch::transformer) {
     if (o.encoder_embed_dim != o.decoder_embed_dim)
       fail("--encoder-embed-dim " + std::to_string(o.encoder_embed_dim) +
            " must equal --decoder-embed-dim " + std::to_string(o.decoder_embed_dim) +
@@ -587,7 +637,7 @@ void validate_options(const Options& o) {
   }
   if (o.sample < 0 || o.max_len < 1 || o.temperature < 0 || o.top_k < 0)
     fail("--sample, --top-k and --temperature must be >= 0 and --max-len >= 1");
-  if (o.sample > 0 && o.arch != "transformer_lm")
+  if (o.sample > 0 && o.arch != Arch::transformer_lm)
     fail("--sample needs a language model (--arch transformer_lm)");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
@@ -606,8 +656,8 @@ NormOptions norm_options(const Options& o, const std::string& place) {
   n.alpha = o.norm_alpha;
   n.alpha_fwd = o.pn_alpha_fwd;
   n.alpha_bkw = o.pn_alpha_bkw;
-  n.pn_variant = parse_pn_variant(o.pn_variant);
-  n.pn_warmup_psi = parse_pn_warmup_psi(o.pn_warmup_psi);
+  n.pn_variant = o.pn_variant;
+  n.pn_warmup_psi = o.pn_warmup_psi;
   // PN's t counts statistics batches: the default warmup spans warmup_updates updates.
   n.warmup = o.pn_warmup >= 0
                  ? o.pn_warmup

@@ -11,8 +11,26 @@
 #include <vector>
 
 #include "model/lm.h"
+#include "trainer/schedule.h"
 
 namespace pn {
+
+// The values of the enumerated flags the code branches on, parsed once from their names (the
+// flag's choices: choice_names, in the enum's order). LrScheduler: trainer/schedule.h;
+// PnVariant and PnWarmupPsi: layers/norms/norm.h.
+enum class Arch { transformer_lm, transformer };  // decoder-only LM | encoder-decoder
+enum class EvalState { rank0, mean };             // --pn-eval-state
+enum class LogFormat { simple, json, glog };
+const std::vector<std::string>& choice_names(Arch);
+const std::vector<std::string>& choice_names(EvalState);
+const std::vector<std::string>& choice_names(LogFormat);
+const std::vector<std::string>& choice_names(LrScheduler);
+inline const std::vector<std::string>& choice_names(PnVariant) { return pn_variant_choices(); }
+inline const std::vector<std::string>& choice_names(PnWarmupPsi) { return pn_warmup_psi_choices(); }
+template <class E>
+const std::string& name_of(E value) {
+  return choice_names(value)[size_t(value)];
+}
 
 struct Options {
   // The flags' values, one member per row of trainer/flags.inc, with its default.

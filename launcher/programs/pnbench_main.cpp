@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
     if (b.probe && !b.split_wait)
       throw std::invalid_argument("--probe-allreduce times its probes after the barrier of "
                                   "--split-stats-wait: add --split-stats-wait");
-    if (b.probe && (opt.arch != "transformer_lm" || statistics_messages(opt).empty() || R == 1))
+    if (b.probe && (opt.arch != pn::Arch::transformer_lm || statistics_messages(opt).empty() || R == 1))
       throw std::invalid_argument("--probe-allreduce needs statistics all-reduces of the "
                                   "language model: --arch transformer_lm, a sync_* norm and "
                                   "more than one rank");
