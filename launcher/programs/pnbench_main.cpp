@@ -318,8 +318,10 @@ std::vector<size_t> statistics_messages(const pn::Options& opt) {
     for (const std::string& kind : l < opt.decoder_layers
                                        ? std::vector<std::string>{opt.norm_self, opt.norm_ff}
                                        : std::vector<std::string>{opt.norm_final}) {
-      if (kind == "sync_batch") doubles.insert(doubles.end(), {size_t(1 + 2 * d), size_t(2 * d)});
-      if (kind == "sync_power_v" || kind == "sync_power")
+      const pn::NormKind k = pn::parse_norm_kind(kind);
+      if (k == pn::NormKind::sync_batch)
+        doubles.insert(doubles.end(), {size_t(1 + 2 * d), size_t(2 * d)});
+      if (k == pn::NormKind::sync_power_v || k == pn::NormKind::sync_power)
         doubles.insert(doubles.end(), {size_t(1 + d), size_t(d)});
     }
   return doubles;
