@@ -30,7 +30,7 @@ Options patience_options(const std::string& dir) {
   Options o = ckpt_options(dir);
   o.dropout = 0.0;
   o.lr = 1e-12;
-  o.lr_scheduler = "fixed";
+  o.lr_scheduler = LrScheduler::fixed;
   o.warmup_updates = 0;
   o.validate_interval_updates = 1;
   o.patience = 2;
@@ -244,7 +244,7 @@ TEST(CheckpointFile, EveryDamagedPartIsReportedAsCorruptNamingTheFile) {
   std::vector<char> bad = good;
   bad[16 + f.header.dump().find("32")] = '6';
   write_bytes(path, bad);
-  EXPECT_THROW(checkpoint_config(d.path.string()), CorruptCheckpoint);
+  EXPECT_THROW(checkpoint_flags(d.path.string()), CorruptCheckpoint);
 }
 
 // Trains 4 updates into dir, saving checkpoint_2 and checkpoint_4.

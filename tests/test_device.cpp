@@ -71,7 +71,7 @@ RunResult train_on(Device device, const Options& o) {
     read_norm_state(t, &r);
     r.valid_nll = tr.valid_nll;
   };
-  if (o.arch == "transformer") {
+  if (o.arch == Arch::transformer) {
     Trainer t(o, *comm, test::toy_corpus());
     finish(t);
     GenerateOptions g;
@@ -141,7 +141,7 @@ const NormCase kNormCases[] = {
     {"power_authors_prescaled",
      [](Options* o) {
        set_norm(o, "power");
-       o->pn_variant = "authors";
+       o->pn_variant = PnVariant::authors;
        o->norm_prescale_groups = 2;
      }},
     {"batch_ghost_stats_accumulation",

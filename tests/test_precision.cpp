@@ -228,7 +228,7 @@ TEST(Bf16Training, EveryNormTracksFp32) {
       if (std::string(variant) == "authors" && std::string(norm) != "power") continue;
       Options o = test::small_lm();
       o.norm_self = o.norm_ff = o.norm_final = norm;
-      o.pn_variant = variant;
+      o.pn_variant = parse_pn_variant(variant);
       o.max_tokens = 256;
       o.max_update = 12;
       o.warmup_updates = 4;

@@ -126,10 +126,10 @@ TEST(Data, TailSampleIsPaddedAndMasked) {
 }
 
 TEST(Schedule, InverseSqrtWarmsUpLinearlyThenDecays) {
-  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 50), 5e-4);
-  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 100), 1e-3);
-  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 400), 5e-4);
-  EXPECT_DOUBLE_EQ(learning_rate("fixed", 1e-3, 0, 100, 400), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::inverse_sqrt, 1e-3, 0, 100, 50), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::inverse_sqrt, 1e-3, 0, 100, 100), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::inverse_sqrt, 1e-3, 0, 100, 400), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::fixed, 1e-3, 0, 100, 400), 1e-3);
 }
 
 TEST(Options, CommandLineWinsOverConfigFile) {

@@ -41,7 +41,7 @@ inline const ParallelCorpus& toy_corpus() {
 // 1+1 layers, d 16, 2 heads, ffn 32, no dropout, shared embeddings, quiet.
 inline Options small_mt() {
   Options o;
-  o.arch = "transformer";
+  o.arch = Arch::transformer;
   o.share_all_embeddings = true;
   o.encoder_layers = o.decoder_layers = 1;
   o.encoder_embed_dim = o.decoder_embed_dim = 16;

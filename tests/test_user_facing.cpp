@@ -87,9 +87,9 @@ TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
   // tf32 and bf16 pass the flag checks where a GPU is asked for.
   EXPECT_NO_THROW(validate_options(parse({"--precision", "tf32", "--device", "cuda"})));
   EXPECT_NO_THROW(validate_options(parse({"--bf16", "--device", "cuda"})));
-  EXPECT_EQ(parse({"--log-format", "json"}).log_format, "json");
+  EXPECT_EQ(parse({"--log-format", "json"}).log_format, LogFormat::json);
   EXPECT_THROW(validate_options(parse({"--log-format", "tqdm"})), std::invalid_argument);
-  EXPECT_EQ(parse({"--lr-scheduler", "cosine"}).lr_scheduler, "cosine");
+  EXPECT_EQ(parse({"--lr-scheduler", "cosine"}).lr_scheduler, LrScheduler::cosine);
 }
 
 TEST(Flags, MaxTokensIsRoundedToWholeSamplesAndSaysSo) {
@@ -206,7 +206,7 @@ TEST(Flags, SyncGroupSizeMustDivideTheWorld) {
 
 TEST(Schedule, CosineAgainstValuesByHand) {
   Schedule s;
-  s.scheduler = "cosine";
+  s.scheduler = LrScheduler::cosine;
   s.lr = 1.0, s.min_lr = 0.1, s.warmup_updates = 10, s.lr_period_updates = 100,
   s.lr_shrink = 0.5;
   EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);    // warmup 0 -> 1 over 10 updates
@@ -216,7 +216,7 @@ TEST(Schedule, CosineAgainstValuesByHand) {
   EXPECT_NEAR(learning_rate(s, 160), 0.275, 1e-12);  // (0.5 + 0.05) / 2
   // t_mult 2: periods of 10, 20, 40 updates.
   Schedule m;
-  m.scheduler = "cosine";
+  m.scheduler = LrScheduler::cosine;
   m.lr = 1.0, m.min_lr = 0.0, m.warmup_updates = 0, m.lr_period_updates = 10, m.t_mult = 2,
   m.lr_shrink = 1.0;
   EXPECT_NEAR(learning_rate(m, 5), 0.5, 1e-12);                       // half of period 0
@@ -230,7 +230,7 @@ TEST(Schedule, CosineAgainstValuesByHand) {
 
 TEST(Schedule, PolynomialDecayAgainstValuesByHand) {
   Schedule s;
-  s.scheduler = "polynomial_decay";
+  s.scheduler = LrScheduler::polynomial_decay;
   s.lr = 1.0, s.end_learning_rate = 0.1, s.power = 2, s.warmup_updates = 10,
   s.total_num_update = 110;
   EXPECT_NEAR(learning_rate(s, 5), 0.5, 1e-12);     // warmup from 0
@@ -241,7 +241,7 @@ TEST(Schedule, PolynomialDecayAgainstValuesByHand) {
   s.power = 1;
   EXPECT_NEAR(learning_rate(s, 35), 0.775, 1e-12);  // 0.9 * 0.75 + 0.1
   // The older schedules keep their values.
-  EXPECT_DOUBLE_EQ(learning_rate("inverse_sqrt", 1e-3, 0, 100, 400), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(LrScheduler::inverse_sqrt, 1e-3, 0, 100, 400), 5e-4);
 }
 
 const Corpus& corpus_of(const std::string& pet) {
@@ -274,13 +274,20 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   Options trained = small(d.path.string());
   Trainer(trained, *comm, corpus_of("cat")).train();
   const std::string ck = (d.path / "checkpoint_2").string();
-  const auto stored = checkpoint_config(ck);
+  const auto stored = checkpoint_flags(ck);
   ASSERT_FALSE(stored.empty());
+  // One stored form: the options, every flag's value as text, and nothing else.
+  const nlohmann::json header = read_checkpoint_header(ck + "/model.bin");
+  EXPECT_TRUE(header.contains("options"));
+  EXPECT_FALSE(header.contains("config"));
+  EXPECT_FALSE(header.contains("flags"));
+  EXPECT_EQ(stored.at("decoder-embed-dim"), "32");
+  EXPECT_EQ(stored.count("save-dir"), 0u);
 
   Options eval;  // nothing but the checkpoint
   eval.eval_only = true;
   eval.restore_file = ck;
-  apply_checkpoint_flags(stored, ck, &eval);
+  take_checkpoint_flags(stored, ck, &eval);
   EXPECT_EQ(eval.decoder_embed_dim, 32);
   EXPECT_EQ(eval.decoder_layers, 1);
   EXPECT_EQ(eval.norm_self, "power");
@@ -292,7 +299,7 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   clash.decoder_embed_dim = 64;
   clash.given.insert("decoder-embed-dim");
   try {
-    apply_checkpoint_flags(stored, ck, &clash);
+    take_checkpoint_flags(stored, ck, &clash);
     ADD_FAILURE() << "a disagreeing flag was accepted";
   } catch (const std::invalid_argument& e) {
     const std::string m = e.what();
@@ -302,7 +309,49 @@ TEST(CheckpointConfig, FlagsComeFromTheCheckpointAndDisagreementIsRefused) {
   Options same;  // a given flag that agrees is fine
   same.decoder_embed_dim = 32;
   same.given.insert("decoder-embed-dim");
-  EXPECT_NO_THROW(apply_checkpoint_flags(stored, ck, &same));
+  EXPECT_NO_THROW(take_checkpoint_flags(stored, ck, &same));
+
+  Options other_lr;  // a training flag given otherwise: applied, with one note naming both
+  other_lr.lr = 0.001;
+  other_lr.given.insert("lr");
+  take_checkpoint_flags(stored, ck, &other_lr);
+  EXPECT_EQ(other_lr.lr, 0.001);
+  ASSERT_EQ(other_lr.notes.size(), 1u);
+  EXPECT_NE(other_lr.notes[0].find("--lr 0.001 (the checkpoint's run: 0.003)"), std::string::npos)
+      << other_lr.notes[0];
+}
+
+// Checkpoints written before "options" was the one stored form kept "config" (the model and data
+// flags as JSON values), "flags" (the given flags as written) and "options": they still give the
+// run's flags.
+TEST(CheckpointConfig, OlderHeadersGiveTheSameFlags) {
+  const nlohmann::json old = {
+      {"config", {{"decoder-embed-dim", 32}, {"norm-eps", 1e-5}, {"norm-self", "power"},
+                  {"share-all-embeddings", false}, {"data", "/abs/corpus"}}},
+      {"flags", {{"lr", "3e-3"}, {"decoder-embed-dim", "32"}, {"norm", "power"},
+                 {"adam-betas", "(0.8, 0.9)"}}},
+      {"options", {{"lr", "0.003"}, {"decoder-embed-dim", "32"}, {"norm", "power"},
+                   {"adam-betas", "(0.8, 0.9)"}, {"adam-betas-1", "0.9"}, {"dropout", "0.1"},
+                   {"data", "corpus"}}}};
+  const auto stored = stored_flags(old);
+  EXPECT_EQ(stored.at("lr"), "0.003");  // the value the run took
+  EXPECT_EQ(stored.at("data"), "/abs/corpus");
+  EXPECT_EQ(stored.at("norm-eps"), "1e-05");
+  EXPECT_EQ(stored.at("share-all-embeddings"), "false");
+  EXPECT_EQ(stored.count("dropout"), 0u);  // not given: the default then and now
+  Options o;
+  take_checkpoint_flags(stored, "old", &o);
+  EXPECT_EQ(o.lr, 0.003);
+  EXPECT_EQ(o.decoder_embed_dim, 32);
+  EXPECT_EQ(o.norm_self, "power");
+  EXPECT_EQ(o.norm_eps, 1e-5);
+  EXPECT_EQ(o.data, "/abs/corpus");
+  EXPECT_EQ(o.adam_beta1, 0.8);  // fairseq's spelling applied
+  EXPECT_EQ(o.adam_beta2, 0.9);
+  EXPECT_TRUE(o.notes.empty());
+  // "config" alone (the oldest form with flags), and a header with none.
+  EXPECT_EQ(stored_flags({{"config", {{"decoder-layers", 3}}}}).at("decoder-layers"), "3");
+  EXPECT_TRUE(stored_flags(nlohmann::json::object()).empty());
 }
 
 TEST(CheckpointConfig, AnotherVocabularyOfTheSameSizeIsRefused) {
@@ -328,10 +377,10 @@ TEST(CheckpointConfig, OlderCheckpointsWithoutConfigurationStillLoad) {
   Trainer(o, *comm, corpus_of("cat")).train();
   const std::string model = (d.path / "checkpoint_2" / "model.bin").string();
   CheckpointFile f = read_checkpoint_file(model);
-  f.header.erase("config");
+  f.header.erase("options");
   f.header.erase("vocab");
   write_checkpoint_file(model, f);
-  EXPECT_TRUE(checkpoint_config((d.path / "checkpoint_2").string()).empty());
+  EXPECT_TRUE(checkpoint_flags((d.path / "checkpoint_2").string()).empty());
   Trainer t(o, *comm, corpus_of("cat"));
   EXPECT_EQ(t.start_update(), 2);
 }

@@ -16,7 +16,7 @@ void Trainer::with_eval_state(const std::function<void()>& fn) {
       for (const StateTensor& t : n->state()) {
         own.push_back(read_state(t));
         std::vector<double> v = own.back();
-        if (opt_.pn_eval_state == "mean") {
+        if (opt_.pn_eval_state == EvalState::mean) {
           comm_.allreduce_sum(v.data(), t.n);
           for (size_t i = 0; i < t.n; ++i) v[i] /= comm_.size();
         } else {

@@ -140,7 +140,7 @@ ExportSummary export_checkpoint(const Options& options, const std::string& check
   // The checkpoint's configuration fills every model flag not given; one given otherwise is
   // refused, naming both values.
   Options o = options;
-  apply_checkpoint_flags(checkpoint_config(checkpoint), checkpoint, &o);
+  take_checkpoint_flags(checkpoint_flags(checkpoint), checkpoint, &o, TakeFlags::Model);
   validate_options(o);
   if (o.data != "builtin" && !fs::is_directory(o.data))
     throw std::runtime_error(
@@ -151,15 +151,15 @@ ExportSummary export_checkpoint(const Options& options, const std::string& check
   auto comm = make_single_communicator();
   std::map<std::string, std::string> meta;
   meta["format"] = "pntrain-export-1";
-  meta["arch"] = o.arch;
+  meta["arch"] = name_of(o.arch);
   meta["norm_eps"] = num(o.norm_eps);
   meta["label_smoothing"] = num(o.label_smoothing);
-  meta["pn_eval_state"] = o.pn_eval_state;
+  meta["pn_eval_state"] = name_of(o.pn_eval_state);
   std::unique_ptr<LanguageModel<float>> lm;
   std::unique_ptr<TranslationModel<float>> mt;
   std::vector<std::string> norm_names;  // fairseq module name of each norm, in norms() order
-  const std::string prefix = o.arch == "transformer" ? "" : "decoder.";
-  if (o.arch == "transformer") {
+  const std::string prefix = o.arch == Arch::transformer ? "" : "decoder.";
+  if (o.arch == Arch::transformer) {
     const ParallelCorpus c =
         load_parallel_corpus(o.data, o.source_lang, o.target_lang, o.share_all_embeddings,
                              o.train_subset, o.valid_subset, o.gen_subset);
@@ -272,7 +272,7 @@ ExportSummary export_checkpoint(const Options& options, const std::string& check
   for (size_t l = 0; l < norms.size(); ++l)
     for (const StateTensor& t : norms[l]->state()) {
       std::vector<double> eval = rank_state[0][k];
-      if (o.pn_eval_state == "mean" && !norms[l]->synchronized()) {
+      if (o.pn_eval_state == EvalState::mean && !norms[l]->synchronized()) {
         for (int r = 1; r < R; ++r)
           for (size_t i = 0; i < t.n; ++i) eval[i] += rank_state[size_t(r)][k][i];
         for (double& v : eval) v /= R;

@@ -1,18 +1,21 @@
+// The flags of trainer/flags.inc, made into the command line, config files, --help, the checks of
+// their choices, what a checkpoint stores of a run and what a resume takes back.
 #include "trainer/options.h"
 
 #include <boost/program_options.hpp>
 #include <algorithm>
-#include <cstdlib>
-#include <functional>
 #include <charconv>
-#include <deque>
 #include <cmath>
+#include <cstdlib>
+#include <deque>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <variant>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/device.h"
@@ -30,39 +33,186 @@ std::string as_text(double v) {
   const auto r = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, r.ptr);
 }
+std::string as_text(const std::string& v) { return v; }
+std::string as_text(bool v) { return v ? "true" : "false"; }
 template <class T>
 std::string as_text(const T& v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-template <class T>
-po::typed_value<T>* dflt(T* v) {
-  return po::value(v)->default_value(*v, as_text(*v));
+  if constexpr (std::is_enum_v<T>) return name_of(v);
+  else return std::to_string(v);
 }
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& k : items) out += (out.empty() ? "" : ", ") + k;
   return out;
 }
-// The choices of each enumerated flag, for --help and for the checks.
-const std::vector<std::string> kSchedulers = {"inverse_sqrt", "fixed", "cosine",
-                                              "polynomial_decay"};
-const std::vector<std::string> kArchs = {"transformer_lm", "transformer"};
-const std::vector<std::string> kEvalStates = {"rank0", "mean"};
-const std::vector<std::string> kDevices = {"auto", "cpu", "cuda", "sim"};
-const std::vector<std::string> kPrecisions = {"fp32", "tf32", "bf16"};
-const std::vector<std::string> kAttentions = {"fused", "materialized"};
-const std::vector<std::string> kLogFormats = {"simple", "json", "glog"};
-const std::vector<std::string> kOptimizers = {"adam"};
+
+// The columns of flags.inc.
+enum class HowKind { Value, Bare, Switch, Implicit };
+struct How {
+  HowKind kind;
+  const char* implicit;  // Implicit: the value of the flag given alone
+};
+constexpr How Value{HowKind::Value, nullptr}, Bare{HowKind::Bare, nullptr},
+    Switch{HowKind::Switch, nullptr};
+constexpr How Implicit(const char* value) { return {HowKind::Implicit, value}; }
+enum class Group { General, Data, Model, Optim, Run, Dist, Translation, Paper, Fairseq, Sample };
+const char* group_title(Group g) {
+  switch (g) {
+    case Group::General: return "General";
+    case Group::Data: return "Data";
+    case Group::Model: return "Model";
+    case Group::Optim: return "Optimisation";
+    case Group::Run: return "Evaluation, logging and output";
+    case Group::Dist: return "Distributed training, guards and evaluation";
+    case Group::Translation: return "Translation (--arch transformer; sizes of the decoder: --decoder-*)";
+    case Group::Paper: return "Reproduction of the paper";
+    case Group::Fairseq: return "fairseq's flags, schedules and devices";
+    case Group::Sample: return "Text from a language model (with --restore-file)";
+  }
+  return "";
+}
+enum class Keep { Kept, Path };
+enum class Resume { Taken, Extended, Model, Never };
+// The values an enumerated flag takes. `listed`: --help appends "(choices: ...)" (a help text
+// that explains each choice in its words does not).
+struct Choices {
+  const std::vector<std::string>& (*names)();
+  bool listed;
+};
+#define PN_CHOICES(id, listed, ...)                                       \
+  const std::vector<std::string>& id##_names() {                          \
+    static const std::vector<std::string> v = {__VA_ARGS__};              \
+    return v;                                                             \
+  }                                                                       \
+  constexpr Choices id{id##_names, listed};
+PN_CHOICES(kDevices, true, "auto", "cpu", "cuda", "sim")
+PN_CHOICES(kPrecisions, true, "fp32", "tf32", "bf16")
+PN_CHOICES(kAttentions, true, "fused", "materialized")
+PN_CHOICES(kOptimizers, true, "adam")
+#undef PN_CHOICES
+// The choices of a flag of an enum type: the enum's names.
+template <class E>
+const std::vector<std::string>& names_of() {
+  return choice_names(E{});
+}
+constexpr Choices kSchedulers{names_of<LrScheduler>, true}, kArchs{names_of<Arch>, true},
+    kEvalStates{names_of<EvalState>, true}, kLogFormats{names_of<LogFormat>, true},
+    kPnVariants{names_of<PnVariant>, false}, kPnWarmupPsi{names_of<PnWarmupPsi>, false};
+constexpr Choices kNorms{norm_kinds, true}, kNone{nullptr, false};
+
+using Member = std::variant<std::string Options::*, int Options::*, double Options::*,
+                            int64_t Options::*, uint64_t Options::*, bool Options::*,
+                            Arch Options::*, EvalState Options::*, LogFormat Options::*,
+                            LrScheduler Options::*, PnVariant Options::*, PnWarmupPsi Options::*>;
+struct FlagSpec {
+  const char* name;
+  Member member;
+  How how;
+  Group group;
+  Keep kept;
+  Resume resumed;
+  const Choices* choices;
+  const char* help;
+};
+
+const std::vector<FlagSpec>& flag_table() {
+  static const std::vector<FlagSpec> table = {
+#define PN_FLAG(type, member, name, default_value, how, group, kept, resumed, choices, help) \
+  FlagSpec{name, &Options::member, how, Group::group, Keep::kept, Resume::resumed, &choices, help},
+#include "trainer/flags.inc"
+#undef PN_FLAG
+  };
+  return table;
+}
+const FlagSpec* find_flag(const std::string& name) {
+  for (const FlagSpec& f : flag_table())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// A flag's value in o as text ("0.1", "true", "sync_power").
+std::string value_text(const FlagSpec& f, const Options& o) {
+  return std::visit([&](auto m) { return as_text(o.*m); }, f.member);
+}
+// Sets a flag's member from its text, as value_text writes it. Throws std::invalid_argument.
+void set_from_text(const FlagSpec& f, const std::string& text, Options* o) {
+  std::visit(
+      [&](auto m) {
+        using T = std::decay_t<decltype(o->*m)>;
+        if constexpr (std::is_same_v<T, std::string>) {
+          o->*m = text;
+        } else if constexpr (std::is_enum_v<T>) {
+          const std::vector<std::string>& names = choice_names(T{});
+          const auto it = std::find(names.begin(), names.end(), text);
+          if (it == names.end())
+            throw std::invalid_argument("--" + std::string(f.name) + " '" + text +
+                                        "' is unknown: choose one of " + join(names));
+          o->*m = T(it - names.begin());
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (text != "true" && text != "false" && text != "1" && text != "0")
+            throw std::invalid_argument("--" + std::string(f.name) + " '" + text +
+                                        "' is not true or false");
+          o->*m = text == "true" || text == "1";
+        } else {
+          std::istringstream in(text);
+          T v{};
+          std::string rest;
+          if (!(in >> v) || (in >> rest))
+            throw std::invalid_argument("--" + std::string(f.name) + " '" + text +
+                                        "' is not a number");
+          o->*m = v;
+        }
+      },
+      f.member);
+}
+
+// The places --norm sets: every other flag whose choices are the norm kinds.
+std::vector<const FlagSpec*> norm_places() {
+  std::vector<const FlagSpec*> out;
+  for (const FlagSpec& f : flag_table())
+    if (f.choices == &kNorms && std::string(f.name) != "norm") out.push_back(&f);
+  return out;
+}
+
 // Help texts with their choices; Boost copies them, the deque keeps them for the call.
-const char* choices(const std::string& what, const std::vector<std::string>& c) {
+const char* help_text(const FlagSpec& f) {
+  if (!f.choices->names || !f.choices->listed) return f.help;
   static std::deque<std::string> texts;
-  texts.push_back(what + " (choices: " + join(c) + ")");
+  texts.push_back(std::string(f.help) + " (choices: " + join(f.choices->names()) + ")");
   return texts.back().c_str();
 }
-const char* norm_help(const std::string& what) { return choices(what, norm_kinds()); }
 
+// One flag of the table as Boost declares it, bound to its member of o.
+void declare(const FlagSpec& f, Options& o, po::options_description* into) {
+  std::visit(
+      [&](auto m) {
+        using T = std::decay_t<decltype(o.*m)>;
+        T* p = &(o.*m);
+        const po::value_semantic* v = nullptr;
+        switch (f.how.kind) {
+          case HowKind::Value:
+            // An enum's name is parsed after Boost (parse_enums), with the choices' message.
+            if constexpr (std::is_enum_v<T>)
+              v = po::value<std::string>()->default_value(name_of(*p));
+            else
+              v = po::value(p)->default_value(*p, as_text(*p));
+            break;
+          case HowKind::Bare:
+            if constexpr (!std::is_enum_v<T>) v = po::value(p);
+            break;
+          case HowKind::Switch:
+            if constexpr (std::is_same_v<T, bool>) v = po::bool_switch(p);
+            break;
+          case HowKind::Implicit:
+            if constexpr (std::is_same_v<T, std::string>)
+              v = po::value(p)->implicit_value(f.how.implicit);
+            break;
+        }
+        if (!v) throw std::logic_error(std::string("flags.inc: --") + f.name + " has no value");
+        into->add_options()(f.name, v, help_text(f));
+      },
+      f.member);
+}
 // fairseq flags pntrain does not have, with what to use instead.
 const std::map<std::string, std::string>& fairseq_redirects() {
   static const std::map<std::string, std::string> m = {
@@ -132,284 +282,60 @@ void keep_last_of_repeated(po::parsed_options* parsed, const std::string& where,
   parsed->options = std::move(kept);
 }
 
-// The text of a given flag as an INI line takes it back: its value, or "true" for a switch.
-std::string given_text(const po::option& op) {
-  std::string text;
-  for (const std::string& v : op.value) text += (text.empty() ? "" : " ") + v;
-  return op.value.empty() ? "true" : text;
+// The flags of one group of --help, in the order of flags.inc.
+void describe(Options& o, Group only, po::options_description* into) {
+  for (const FlagSpec& f : flag_table())
+    if (f.group == only) declare(f, o, into);
 }
-
-// An option's value as text, whatever its type (every typed option of describe()).
-std::string value_text(const boost::any& v) {
-  if (const auto* x = boost::any_cast<std::string>(&v)) return *x;
-  if (const auto* x = boost::any_cast<double>(&v)) return as_text(*x);
-  if (const auto* x = boost::any_cast<float>(&v)) return as_text(double(*x));
-  if (const auto* x = boost::any_cast<int>(&v)) return std::to_string(*x);
-  if (const auto* x = boost::any_cast<int64_t>(&v)) return std::to_string(*x);
-  if (const auto* x = boost::any_cast<uint64_t>(&v)) return std::to_string(*x);
-  if (const auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
-  return "?";
-}
-
+// Every flag a config file takes: the groups of --help in order, all but General.
 po::options_description describe(Options& o) {
-  po::options_description data("Data");
-  data.add_options()
-    ("data", dflt(&o.data),
-     "corpus directory holding train/valid/test (train.txt, ptb.train.txt or wiki.train.tokens "
-     "names, or fairseq-preprocess output: dict.txt and <split>.bin/.idx), or 'builtin' for the "
-     "generated corpus embedded in pntrain")
-    ("tokens-per-sample", dflt(&o.tokens_per_sample),
-     "tokens per sample (sequence length)")
-    ("max-tokens", dflt(&o.max_tokens),
-     "tokens per rank per micro-step (a multiple of --tokens-per-sample)")
-    ("update-freq", dflt(&o.update_freq),
-     "micro-steps accumulated per update")
-    ("seed", dflt(&o.seed), "seed of data order, init and dropout");
-
-  po::options_description model("Model");
-  model.add_options()
-    ("decoder-layers", dflt(&o.decoder_layers), "blocks")
-    ("decoder-embed-dim", dflt(&o.decoder_embed_dim),
-     "model dimension d")
-    ("decoder-attention-heads",
-     dflt(&o.decoder_attention_heads),
-     "attention heads")
-    ("decoder-ffn-embed-dim",
-     dflt(&o.decoder_ffn_embed_dim),
-     "feed-forward hidden dimension")
-    ("dropout", dflt(&o.dropout),
-     "dropout after attention and feed-forward")
-    ("norm", po::value(&o.norm),
-     norm_help("norm of every place; a place named beside it (--norm-final ...) keeps its own, "
-               "one named only in --config does not"))
-    ("norm-self", dflt(&o.norm_self), norm_help("norm before attention"))
-    ("norm-ff", dflt(&o.norm_ff), norm_help("norm before feed-forward"))
-    ("norm-final", dflt(&o.norm_final), norm_help("final norm"))
-    ("norm-groups", dflt(&o.norm_groups),
-     "groups of the 'group' norm (0: the number of attention heads)")
-    ("norm-prescale-groups",
-     dflt(&o.norm_prescale_groups),
-     "pre-scaling groups before batch-type norms (0: off)")
-    ("norm-eps", dflt(&o.norm_eps), "eps inside square roots")
-    ("norm-alpha", dflt(&o.norm_alpha),
-     "running-statistics momentum of batch and power_v")
-    ("pn-alpha-fwd", dflt(&o.pn_alpha_fwd),
-     "PN forward momentum")
-    ("pn-alpha-bkw", dflt(&o.pn_alpha_bkw),
-     "PN backward momentum")
-    ("pn-warmup", dflt(&o.pn_warmup),
-     "PN warmup iterations (-1: warmup-updates * statistics batches per update)")
-    ("stats-batch-tokens",
-     dflt(&o.stats_batch_tokens),
-     "ghost statistics: batch-type norms take their statistics (and update their running "
-     "state) over groups of this many tokens of a rank's micro-batch, as K-token gradient "
-     "accumulation would, in one large micro-batch (a multiple of --tokens-per-sample; "
-     "0: the whole micro-batch)");
-
-  po::options_description optim("Optimisation");
-  optim.add_options()
-    ("lr", dflt(&o.lr), "peak learning rate")
-    ("lr-scheduler", dflt(&o.lr_scheduler),
-     choices("learning-rate schedule after the linear warmup (see --min-lr, --power)",
-             kSchedulers))
-    ("warmup-updates", dflt(&o.warmup_updates),
-     "linear warmup updates")
-    ("warmup-init-lr", dflt(&o.warmup_init_lr),
-     "learning rate at update 0 of the warmup")
-    ("adam-betas-1", dflt(&o.adam_beta1), "Adam beta1")
-    ("adam-betas-2", dflt(&o.adam_beta2), "Adam beta2")
-    ("adam-eps", dflt(&o.adam_eps), "Adam epsilon")
-    ("weight-decay", dflt(&o.weight_decay),
-     "decoupled weight decay")
-    ("clip-norm", dflt(&o.clip_norm),
-     "clip the gradient norm (0: off)")
-    ("label-smoothing", dflt(&o.label_smoothing),
-     "label smoothing epsilon")
-    ("max-update", dflt(&o.max_update), "updates to train")
-    ("max-epoch", dflt(&o.max_epoch),
-     "stop after this many epochs (0: no limit)");
-
-  po::options_description run("Evaluation, logging and output");
-  run.add_options()
-    ("validate-interval-updates",
-     dflt(&o.validate_interval_updates),
-     "validate every N updates (and at the end)")
-    ("log-interval", dflt(&o.log_interval),
-     "progress line every N updates")
-    ("metrics", po::value(&o.metrics), "write one JSON object per update/validation to FILE")
-    ("probe-norm-stats", po::value(&o.probe_norm_stats),
-     "add batch-vs-running statistic distances and gradient-part norms of these norm layers to "
-     "the metrics: 'all', or block indices like '0' or '0,3' (and/or 'final')")
-    ("save-dir", po::value(&o.save_dir), "directory for checkpoints (none: no checkpoints)")
-    ("save-interval-updates",
-     dflt(&o.save_interval_updates),
-     "save every N updates (0: at the end only)")
-    ("keep-last", dflt(&o.keep_last),
-     "keep the newest N checkpoints (0: all)")
-    ("restore-file", po::value(&o.restore_file),
-     "checkpoint directory to resume from (default: the last one in --save-dir)")
-    ("threads", dflt(&o.threads),
-     "threads per rank (0: the node's cores divided by its ranks)");
-
-  po::options_description dist("Distributed training, guards and evaluation");
-  dist.add_options()
-    ("bucket-mb", dflt(&o.bucket_mb),
-     "gradient all-reduce bucket size in MB, reduced as the backward finishes with it "
-     "(0: one blocking all-reduce after the backward)")
-    ("log-timing", po::bool_switch(&o.log_timing),
-     "print the per-update time split (forward, backward, statistics and gradient all-reduce)")
-    ("consistency-interval",
-     dflt(&o.consistency_interval),
-     "every N updates ranks compare parameter checksums (0: off)")
-    ("max-bad-updates", dflt(&o.max_bad_updates),
-     "NaN/Inf updates skipped in a row before the job stops")
-    ("comm-timeout", dflt(&o.comm_timeout),
-     "seconds a rank may make no progress (or wait in a collective) before the job stops")
-    ("debug-fault", po::value(&o.debug_fault),
-     "test hook: nan@U (NaN loss at update U), exit@U:R, hang@U:R, perturb@U:R, sigterm@U:R, "
-     "sigterm-mpirun@U:R (SIGTERM to the parent process), savefail@U:R (rank R)")
-    ("eval-only", po::bool_switch(&o.eval_only),
-     "evaluate the checkpoint (--restore-file or the last in --save-dir) on valid and test")
-    ("patience", dflt(&o.patience),
-     "stop after N validations without improvement (0: off)")
-    ("pn-eval-state", dflt(&o.pn_eval_state),
-     choices("rank-local norm state used for evaluation: rank 0's (with --sync-group-size, "
-             "that of the first sync group), or the mean over ranks (the mean of the sync "
-             "groups' states)", kEvalStates))
-    ("sync-group-size", dflt(&o.sync_group_size),
-     "synchronized norms (sync_*) all-reduce their statistics within groups of this many "
-     "consecutive ranks, a divisor of the world size (1: each rank alone, as the local twin; "
-     "0: one group of all ranks); the gradient all-reduce stays over all ranks");
-
-  po::options_description mt("Translation (--arch transformer; sizes of the decoder: --decoder-*)");
-  mt.add_options()
-    ("arch", dflt(&o.arch),
-     choices("decoder-only LM or encoder-decoder translation", kArchs))
-    ("source-lang", dflt(&o.source_lang),
-     "source language: files <split>.<source-lang> in --data")
-    ("target-lang", dflt(&o.target_lang), "target language")
-    ("train-subset", dflt(&o.train_subset),
-     "split to train on (e.g. valid when only valid and test exist)")
-    ("valid-subset", dflt(&o.valid_subset),
-     "split for validation loss")
-    ("gen-subset", dflt(&o.gen_subset),
-     "split to translate and score with BLEU under --eval-only")
-    ("share-all-embeddings", po::bool_switch(&o.share_all_embeddings),
-     "one joint vocabulary from both sides of train; encoder, decoder and output share it")
-    ("encoder-layers", dflt(&o.encoder_layers),
-     "encoder blocks")
-    ("encoder-embed-dim", dflt(&o.encoder_embed_dim),
-     "encoder dimension (must equal --decoder-embed-dim)")
-    ("encoder-attention-heads",
-     dflt(&o.encoder_attention_heads),
-     "encoder attention heads")
-    ("encoder-ffn-embed-dim",
-     dflt(&o.encoder_ffn_embed_dim),
-     "encoder feed-forward hidden dimension")
-    ("attention-dropout", dflt(&o.attention_dropout),
-     "dropout on attention probabilities")
-    ("encoder-norm-self", dflt(&o.encoder_norm_self),
-     norm_help("encoder norm before self-attention"))
-    ("encoder-norm-ff", dflt(&o.encoder_norm_ff),
-     norm_help("encoder norm before feed-forward"))
-    ("encoder-norm-final", dflt(&o.encoder_norm_final),
-     norm_help("norm after the last encoder block"))
-    ("decoder-norm-self", dflt(&o.decoder_norm_self),
-     norm_help("decoder norm before self-attention"))
-    ("decoder-norm-cross",
-     dflt(&o.decoder_norm_cross),
-     norm_help("decoder norm before cross-attention"))
-    ("decoder-norm-ff", dflt(&o.decoder_norm_ff),
-     norm_help("decoder norm before feed-forward"))
-    ("decoder-norm-final", dflt(&o.decoder_norm_final),
-     norm_help("norm after the last decoder block"))
-    ("beam", dflt(&o.beam), "beam size of --eval-only generation")
-    ("lenpen", dflt(&o.lenpen),
-     "length penalty: hypotheses rank by log-prob sum / length^lenpen")
-    ("max-len-a", dflt(&o.max_len_a),
-     "generate at most a * source length + b tokens")
-    ("max-len-b", dflt(&o.max_len_b), "see --max-len-a")
-    ("remove-bpe", po::value(&o.remove_bpe)->implicit_value("@@ "),
-     "remove BPE continuation markers (default '@@ ') from hypotheses and references")
-    ("bleu-lowercase", po::bool_switch(&o.bleu_lowercase), "case-insensitive BLEU")
-    ("gen-max-sentences", dflt(&o.gen_max_sentences),
-     "translate only the first N sentences of --gen-subset (0: all)")
-    ("results-path", po::value(&o.results_path),
-     "write the hypotheses to this file (one line per sentence; .r<rank> per rank)");
-
-  po::options_description paper("Reproduction of the paper");
-  paper.add_options()
-    ("pn-variant", dflt(&o.pn_variant),
-     "PN (power, sync_power) as the paper writes it (paper) or as the authors' public code "
-     "computes it (authors: EMA of psi^2 also in warmup, approximate backward with the batch "
-     "psi_B^2)")
-    ("pn-warmup-psi", dflt(&o.pn_warmup_psi),
-     "PN's running psi^2 during warmup, which validation uses: cumulative (the mean of every "
-     "batch psi_B^2 since the start, SPEC) or ema (the authors' code: also the EMA in every "
-     "warmup iteration, so validation follows recent batches; --pn-variant authors always "
-     "does this)");
-
-  po::options_description fs("fairseq's flags, schedules and devices");
-  fs.add_options()
-    ("save-interval", dflt(&o.save_interval), "save a checkpoint every N epochs (0: off)")
-    ("keep-last-epochs", dflt(&o.keep_last_epochs),
-     "keep the newest N checkpoints (as --keep-last; 0: all)")
-    ("adam-betas", po::value(&o.adam_betas), "Adam betas as fairseq writes them: '(0.9, 0.98)'")
-    ("optimizer", dflt(&o.optimizer), choices("the optimizer", kOptimizers))
-    ("device", dflt(&o.device), choices("where ranks compute (auto: a GPU when one is there)",
-                                        kDevices))
-    ("cpu", po::bool_switch(), "compute on the CPU (--device cpu)")
-    ("precision", dflt(&o.precision),
-     choices("arithmetic of the GEMMs: tf32 (GPU) and bf16 round their operands to 10 and 7 "
-                 "bits of mantissa; storage, accumulation, weights, Adam and norm statistics "
-                 "stay fp32; bf16 on a CPU needs AVX512_BF16 (or PN_BF16_EMULATE=1)",
-                 kPrecisions))
-    ("attention", dflt(&o.attention),
-     choices("the language model's attention on a GPU with --precision bf16: fused on the "
-                 "tensor cores (no T x T matrices in memory; head sizes 32, 64, 128) or "
-                 "materialized as everywhere else", kAttentions))
-    ("bf16", po::bool_switch(), "--precision bf16")
-    ("fp16", po::bool_switch(), "--precision bf16 (bf16 needs no loss scaling)")
-    ("log-format", dflt(&o.log_format),
-     choices("progress lines: plain text, JSON objects, or with glog's prefix", kLogFormats))
-    ("min-lr", dflt(&o.min_lr), "cosine: the lowest learning rate of a period")
-    ("lr-period-updates", dflt(&o.lr_period_updates),
-     "cosine: updates of the first period (-1: --max-update minus --warmup-updates)")
-    ("lr-shrink", dflt(&o.lr_shrink), "cosine: factor on --lr and --min-lr after each period")
-    ("t-mult", dflt(&o.t_mult), "cosine: each period is this times longer than the last")
-    ("end-learning-rate", dflt(&o.end_learning_rate),
-     "polynomial_decay: learning rate reached at --total-num-update")
-    ("power", dflt(&o.power), "polynomial_decay: exponent of the decay")
-    ("total-num-update", dflt(&o.total_num_update),
-     "polynomial_decay: updates over which it decays (-1: --max-update)");
-
-  po::options_description gen("Text from a language model (with --restore-file)");
-  gen.add_options()
-    ("sample", dflt(&o.sample),
-     "print N samples from the checkpoint's LM instead of training (seeded by --seed)")
-    ("prompt", po::value(&o.prompt), "words the samples continue (default: a sentence start)")
-    ("temperature", dflt(&o.temperature),
-     "softmax temperature of the draws (0: always the most likely token)")
-    ("top-k", dflt(&o.top_k), "draw among the k most likely tokens only (0: the whole vocabulary)")
-    ("max-len", dflt(&o.max_len),
-     "generated tokens per sample at most (a sample also ends at <eos>)");
-
   po::options_description all;
-  all.add(data).add(model).add(optim).add(run).add(dist).add(mt).add(paper).add(fs).add(gen);
+  for (Group g : {Group::Data, Group::Model, Group::Optim, Group::Run, Group::Dist,
+                  Group::Translation, Group::Paper, Group::Fairseq, Group::Sample}) {
+    po::options_description group(group_title(g));
+    describe(o, g, &group);
+    all.add(group);
+  }
   return all;
+}
+
+// The flags of an enum type from their names in vm (declare() leaves them to this).
+void parse_enums(const po::variables_map& vm, Options* o) {
+  for (const FlagSpec& f : flag_table())
+    std::visit(
+        [&](auto m) {
+          using T = std::decay_t<decltype(o->*m)>;
+          if constexpr (std::is_enum_v<T>)
+            if (vm.count(f.name)) set_from_text(f, vm[f.name].as<std::string>(), o);
+        },
+        f.member);
+}
+
+// fairseq's spelling of Adam's betas, "(0.9, 0.98)", into adam_beta1 and adam_beta2.
+void apply_adam_betas(Options* o) {
+  if (o->adam_betas.empty()) return;
+  std::string t = o->adam_betas;
+  for (char& c : t)
+    if (c == '(' || c == ')' || c == '[' || c == ']' || c == ',') c = ' ';
+  std::istringstream in(t);
+  double b1, b2;
+  std::string rest;
+  if (!(in >> b1 >> b2) || (in >> rest))
+    throw std::invalid_argument("--adam-betas '" + o->adam_betas +
+                                "' is not two numbers: write it as '(0.9, 0.98)'");
+  o->adam_beta1 = b1, o->adam_beta2 = b2;
 }
 
 }  // namespace
 
-bool parse_options(int argc, char** argv, Options* out, std::string* help,
-                   const std::string& inherited) {
+bool parse_options(int argc, char** argv, Options* out, std::string* help) {
   Options o;
   po::options_description file_opts = describe(o);
   po::options_description cmdline("pntrain: data-parallel Transformer training with "
                                   "LayerNorm, BatchNorm and PowerNorm\n\nUsage: [mpirun -np R] "
                                   "pntrain [--config FILE] [options]\n\nGeneral");
-  cmdline.add_options()("help,h", "print this help")("version", "print the version")(
-      "config", po::value(&o.config), "INI file of options (the command line wins)");
+  cmdline.add_options()("help,h", "print this help")("version", "print the version");
+  describe(o, Group::General, &cmdline);
   cmdline.add(file_opts);
   po::variables_map vm;
   std::set<std::string> on_command_line;  // the flags given as arguments, not by --config
@@ -422,11 +348,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
         po::command_line_parser(argc, argv).options(cmdline).style(style).run();
     keep_last_of_repeated(&parsed, "", &o.notes);
     po::store(parsed, vm);
-    for (const po::option& op : parsed.options) {
-      on_command_line.insert(op.string_key);
-      if (op.string_key != "config" && op.string_key != "help" && op.string_key != "version")
-        o.given_text[op.string_key] = given_text(op);
-    }
+    for (const po::option& op : parsed.options) on_command_line.insert(op.string_key);
     if (vm.count("help") || vm.count("version")) {
       std::ostringstream ss;
       if (vm.count("help")) ss << cmdline;
@@ -443,9 +365,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
       try {
         po::parsed_options in_file = po::parse_config_file(in, file_opts);
         keep_last_of_repeated(&in_file, " in '" + path + "'", &o.notes);
-        po::store(in_file, vm);
-        for (const po::option& op : in_file.options)  // the command line wins
-          o.given_text.emplace(op.string_key, given_text(op));
+        po::store(in_file, vm);  // the command line wins: store keeps the first value
       } catch (const po::unknown_option& e) {
         throw std::invalid_argument("in config file '" + path + "': " +
                                     unknown_flag_message(e.get_option_name()));
@@ -454,61 +374,33 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
                                     " (see pntrain --help for the option names and types)");
       }
     }
-    // The flags of a checkpoint's run, below the command line and --config (store keeps the
-    // first value of a flag).
-    if (!inherited.empty()) {
-      std::istringstream in(inherited);
-      const po::parsed_options stored = po::parse_config_file(in, file_opts, true);
-      po::store(stored, vm);
-      for (const po::option& op : stored.options) o.given_text.emplace(op.string_key, given_text(op));
-    }
     po::notify(vm);
   } catch (const po::unknown_option& e) {
     throw std::invalid_argument(unknown_flag_message(e.get_option_name()));
   } catch (const po::error& e) {
     throw std::invalid_argument(std::string(e.what()) + " (see pntrain --help)");
   }
-  for (const auto& [name, value] : vm) {
+  for (const auto& [name, value] : vm)
     if (!value.defaulted()) o.given.insert(name);
-    if (name != "help" && name != "version" && name != "config")
-      o.values[name] = value_text(value.value());
-  }
+  parse_enums(vm, &o);
   // --norm sets every place; a place named explicitly (--norm-final ...) keeps its own, unless
   // --norm is on the command line and the place only in --config (the command line wins).
-  if (!o.norm.empty()) {
-    for (auto [flag, place] : {std::pair<const char*, std::string*>{"norm-self", &o.norm_self},
-                               {"norm-ff", &o.norm_ff},
-                               {"norm-final", &o.norm_final},
-                               {"encoder-norm-self", &o.encoder_norm_self},
-                               {"encoder-norm-ff", &o.encoder_norm_ff},
-                               {"encoder-norm-final", &o.encoder_norm_final},
-                               {"decoder-norm-self", &o.decoder_norm_self},
-                               {"decoder-norm-cross", &o.decoder_norm_cross},
-                               {"decoder-norm-ff", &o.decoder_norm_ff},
-                               {"decoder-norm-final", &o.decoder_norm_final}})
-      if (vm[flag].defaulted() || (on_command_line.count("norm") && !on_command_line.count(flag)))
-        *place = o.norm, o.given.insert(flag), o.values[flag] = o.norm;
-  }
+  if (!o.norm.empty())
+    for (const FlagSpec* place : norm_places())
+      if (vm[place->name].defaulted() ||
+          (on_command_line.count("norm") && !on_command_line.count(place->name))) {
+        set_from_text(*place, o.norm, &o);
+        o.given.insert(place->name);
+      }
   // fairseq's spellings.
-  if (!o.adam_betas.empty()) {
-    std::string t = o.adam_betas;
-    for (char& c : t)
-      if (c == '(' || c == ')' || c == '[' || c == ']' || c == ',') c = ' ';
-    std::istringstream in(t);
-    double b1, b2;
-    std::string rest;
-    if (!(in >> b1 >> b2) || (in >> rest))
-      throw std::invalid_argument("--adam-betas '" + o.adam_betas +
-                                  "' is not two numbers: write it as '(0.9, 0.98)'");
-    o.adam_beta1 = b1, o.adam_beta2 = b2;
-  }
-  if (vm.count("cpu") && vm["cpu"].as<bool>()) {
+  apply_adam_betas(&o);
+  if (o.cpu) {
     if (o.given.count("device") && o.device != "cpu")
       throw std::invalid_argument("--cpu contradicts --device " + o.device);
     o.device = "cpu";
   }
-  for (const char* half : {"bf16", "fp16"})
-    if (vm.count(half) && vm[half].as<bool>()) {
+  for (auto [half, on] : {std::pair<const char*, bool>{"bf16", o.bf16}, {"fp16", o.fp16}})
+    if (on) {
       if (o.given.count("precision") && o.precision != "bf16")
         throw std::invalid_argument(std::string("--") + half + " contradicts --precision " +
                                     o.precision);
@@ -519,7 +411,7 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
                           "so no loss scaling");
     }
   // A language-model micro-batch holds whole samples: round down, and say so.
-  if (o.arch == "transformer_lm" && o.tokens_per_sample >= 2 &&
+  if (o.arch == Arch::transformer_lm && o.tokens_per_sample >= 2 &&
       o.max_tokens >= o.tokens_per_sample && o.max_tokens % o.tokens_per_sample != 0) {
     const int rounded = o.max_tokens / o.tokens_per_sample * o.tokens_per_sample;
     o.notes.push_back("--max-tokens " + std::to_string(o.max_tokens) +
@@ -529,9 +421,6 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help,
                       std::to_string(rounded / o.tokens_per_sample) + " samples per rank)");
     o.max_tokens = rounded;
   }
-  // The values the spellings above decided.
-  o.values["device"] = o.device, o.values["precision"] = o.precision;
-  o.values["max-tokens"] = std::to_string(o.max_tokens);
   *out = o;
   return true;
 }
@@ -573,118 +462,89 @@ std::string nearest_flag(const std::string& unknown) {
   return best;
 }
 
-namespace {
-// The flags a checkpoint carries: the model, the task and the data they were built from.
-struct ConfigFlag {
-  const char* name;
-  std::function<nlohmann::json(const Options&)> get;
-  std::function<void(Options&, const nlohmann::json&)> set;
-};
-#define PN_FLAG(flag, field) \
-  ConfigFlag { flag, [](const Options& o) { return nlohmann::json(o.field); }, \
-               [](Options& o, const nlohmann::json& j) { j.get_to(o.field); } }
-const std::vector<ConfigFlag>& config_flags() {
-  static const std::vector<ConfigFlag> f = {
-      PN_FLAG("arch", arch),
-      PN_FLAG("data", data),
-      PN_FLAG("tokens-per-sample", tokens_per_sample),
-      PN_FLAG("decoder-layers", decoder_layers),
-      PN_FLAG("decoder-embed-dim", decoder_embed_dim),
-      PN_FLAG("decoder-attention-heads", decoder_attention_heads),
-      PN_FLAG("decoder-ffn-embed-dim", decoder_ffn_embed_dim),
-      PN_FLAG("norm-self", norm_self),
-      PN_FLAG("norm-ff", norm_ff),
-      PN_FLAG("norm-final", norm_final),
-      PN_FLAG("norm-groups", norm_groups),
-      PN_FLAG("norm-prescale-groups", norm_prescale_groups),
-      PN_FLAG("norm-eps", norm_eps),
-      PN_FLAG("source-lang", source_lang),
-      PN_FLAG("target-lang", target_lang),
-      PN_FLAG("train-subset", train_subset),
-      PN_FLAG("share-all-embeddings", share_all_embeddings),
-      PN_FLAG("encoder-layers", encoder_layers),
-      PN_FLAG("encoder-embed-dim", encoder_embed_dim),
-      PN_FLAG("encoder-attention-heads", encoder_attention_heads),
-      PN_FLAG("encoder-ffn-embed-dim", encoder_ffn_embed_dim),
-      PN_FLAG("encoder-norm-self", encoder_norm_self),
-      PN_FLAG("encoder-norm-ff", encoder_norm_ff),
-      PN_FLAG("encoder-norm-final", encoder_norm_final),
-      PN_FLAG("decoder-norm-self", decoder_norm_self),
-      PN_FLAG("decoder-norm-cross", decoder_norm_cross),
-      PN_FLAG("decoder-norm-ff", decoder_norm_ff),
-      PN_FLAG("decoder-norm-final", decoder_norm_final),
-  };
-  return f;
-}
-#undef PN_FLAG
-}  // namespace
 
-std::vector<std::pair<std::string, std::string>> model_config_flags(const Options& o) {
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const ConfigFlag& f : config_flags()) out.emplace_back(f.name, f.get(o).dump());
+const std::vector<std::string>& choice_names(Arch) {
+  static const std::vector<std::string> names = {"transformer_lm", "transformer"};
+  return names;
+}
+const std::vector<std::string>& choice_names(EvalState) {
+  static const std::vector<std::string> names = {"rank0", "mean"};
+  return names;
+}
+const std::vector<std::string>& choice_names(LogFormat) {
+  static const std::vector<std::string> names = {"simple", "json", "glog"};
+  return names;
+}
+const std::vector<std::string>& choice_names(LrScheduler) {
+  static const std::vector<std::string> names = {"inverse_sqrt", "fixed", "cosine",
+                                                 "polynomial_decay"};
+  return names;
+}
+
+std::map<std::string, std::string> checkpoint_options(const Options& o) {
+  std::map<std::string, std::string> out;
+  for (const FlagSpec& f : flag_table()) {
+    if (f.kept == Keep::Path) continue;
+    const std::string text = value_text(f, o);
+    const bool has_default = f.how.kind == HowKind::Value || f.how.kind == HowKind::Switch;
+    if (has_default || o.given.count(f.name) || !text.empty()) out[f.name] = text;
+  }
+  // An absolute data path serves a resume or --eval-only from any directory.
+  if (o.data != "builtin")
+    out["data"] = std::filesystem::absolute(o.data).lexically_normal().string();
   return out;
 }
 
-void apply_checkpoint_flags(const std::vector<std::pair<std::string, std::string>>& stored,
-                            const std::string& checkpoint, Options* o) {
-  auto show = [](const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
-  for (const auto& [name, text] : stored) {
-    const auto f = std::find_if(config_flags().begin(), config_flags().end(),
-                                [&](const ConfigFlag& c) { return name == c.name; });
-    if (f == config_flags().end()) continue;
-    const nlohmann::json want = nlohmann::json::parse(text), have = f->get(*o);
-    // A data directory may be given another way (a relative path, a copy); the vocabulary
-    // fingerprint decides whether it is the same data.
-    if (o->given.count(name) && have != want && name != std::string("data"))
-      throw std::invalid_argument("--" + name + " " + show(have) + " disagrees with checkpoint '" +
-                                  checkpoint + "' (trained with --" + name + " " + show(want) +
-                                  "): drop the flag, or start a new run with another --save-dir");
-    if (!o->given.count(name)) f->set(*o, want);
+std::map<std::string, std::string> stored_flags(const nlohmann::json& header) {
+  using Flags = std::map<std::string, std::string>;
+  const Flags options = header.value("options", Flags{});
+  Flags out;
+  if (!header.contains("flags")) {
+    out = options;
+  } else {
+    // Written before the options were the one form: the flags the run was given, each with the
+    // value it took (its options' text), ...
+    for (const auto& [name, text] : header["flags"].get<Flags>()) {
+      const auto it = options.find(name);
+      out[name] = it != options.end() ? it->second : text;
+    }
   }
+  // ... and its model and data flags (the data path absolute) as JSON values.
+  if (header.contains("config") && header["config"].is_object())
+    for (const auto& [name, value] : header["config"].items())
+      out[name] = value.is_string() ? value.get<std::string>() : value.dump();
+  return out;
 }
 
-std::map<std::string, std::string> checkpoint_flags(const std::map<std::string, std::string>& f) {
-  std::map<std::string, std::string> kept = f;
-  for (const char* path : {"save-dir", "metrics", "results-path", "restore-file"}) kept.erase(path);
-  return kept;
-}
-
-void resume_flags(int argc, char** argv, const std::map<std::string, std::string>& stored,
-                  const std::map<std::string, std::string>& stored_values,
-                  const std::string& checkpoint, Options* o) {
-  static const std::set<std::string> kNeverTaken = {
-      "device", "cpu", "threads", "precision", "attention", "bf16", "fp16", "data", "eval-only",
-      "sample",
-      "config", "debug-fault"};
-  std::string ini;
-  std::vector<std::string> differ;
+void take_checkpoint_flags(const std::map<std::string, std::string>& stored,
+                           const std::string& checkpoint, Options* o, TakeFlags which) {
+  std::string differ;
+  bool betas_taken = false;
   for (const auto& [name, text] : stored) {
-    if (kNeverTaken.count(name)) continue;
+    const FlagSpec* f = find_flag(name);
+    if (!f || f->kept == Keep::Path || f->resumed == Resume::Never) continue;  // f null: newer
+    if (which == TakeFlags::Model && f->resumed != Resume::Model) continue;
     if (!o->given.count(name)) {
-      ini += name + " = " + text + "\n";
+      set_from_text(*f, text, o);
+      betas_taken = betas_taken || name == "adam-betas";
       continue;
     }
-    if (name == "max-update" || name == "max-epoch") continue;  // a resume's usual extension
-    const auto was = stored_values.find(name);
-    const auto now = o->values.find(name);
-    if (was != stored_values.end() && now != o->values.end() && was->second != now->second)
-      differ.push_back("--" + name + " " + now->second + " (the checkpoint's run: " +
-                       was->second + ")");
+    const std::string now = value_text(*f, *o);
+    if (now == text) continue;
+    // A data directory may be given another way (a relative path, a copy); the vocabulary
+    // fingerprint decides whether it is the same data.
+    if (f->resumed == Resume::Model && name != "data")
+      throw std::invalid_argument("--" + name + " " + now + " disagrees with checkpoint '" +
+                                  checkpoint + "' (trained with --" + name + " " + text +
+                                  "): drop the flag, or start a new run with another --save-dir");
+    if (f->resumed == Resume::Taken)
+      differ += (differ.empty() ? "" : ", ") + ("--" + name + " " + now +
+                                                " (the checkpoint's run: " + text + ")");
   }
-  if (!ini.empty()) {
-    std::string unused;
-    std::vector<std::string> notes = o->notes;
-    Options taken;
-    parse_options(argc, argv, &taken, &unused, ini);
-    *o = std::move(taken);
-    o->notes = std::move(notes);
-  }
-  if (!differ.empty()) {
-    std::string text;
-    for (const std::string& d : differ) text += (text.empty() ? "" : ", ") + d;
+  if (betas_taken) apply_adam_betas(o);
+  if (!differ.empty())
     o->notes.push_back("resuming from '" + checkpoint + "' with flags other than its run's: " +
-                       text + "; the flags given here apply");
-  }
+                       differ + "; the flags given here apply");
 }
 
 bool bf16_emulation_asked() {
@@ -716,16 +576,14 @@ void validate_options(const Options& o) {
   if (o.dropout < 0 || o.dropout >= 1) fail("--dropout must be in [0, 1)");
   if (o.label_smoothing < 0 || o.label_smoothing >= 1) fail("--label-smoothing must be in [0, 1)");
   if (!(o.lr > 0)) fail("--lr must be positive");
-  auto one_of = [&](const char* flag, const std::string& v, const std::vector<std::string>& c) {
+  // The values of every enumerated flag (the norm places below, with their own messages).
+  for (const FlagSpec& f : flag_table()) {
+    if (!f.choices->names || f.choices == &kNorms) continue;
+    const std::vector<std::string>& c = f.choices->names();
+    const std::string v = value_text(f, o);
     if (std::find(c.begin(), c.end(), v) == c.end())
-      fail(std::string("--") + flag + " '" + v + "' is unknown: choose one of " + join(c));
-  };
-  one_of("lr-scheduler", o.lr_scheduler, kSchedulers);
-  one_of("device", o.device, kDevices);
-  one_of("precision", o.precision, kPrecisions);
-  one_of("attention", o.attention, kAttentions);
-  one_of("log-format", o.log_format, kLogFormats);
-  one_of("optimizer", o.optimizer, kOptimizers);
+      fail(std::string("--") + f.name + " '" + v + "' is unknown: choose one of " + join(c));
+  }
   const bool on_cpu = o.device == "cpu" || o.device == "sim" ||
                       (o.device == "auto" && cuda_device_count() == 0);
   // bf16 on a CPU runs its GEMMs on the CPU's bf16 instructions (kernels/cpu/gemm_bf16.cpp).
@@ -739,13 +597,13 @@ void validate_options(const Options& o) {
   if (o.precision == "tf32" && on_cpu)
     fail("--precision tf32 needs a GPU's tensor cores: the CPU path has fp32 and bf16; drop the "
          "flag" + (o.device == "cpu" ? std::string(" or --cpu") : ""));
-  if (o.lr_scheduler == "cosine") {
+  if (o.lr_scheduler == LrScheduler::cosine) {
     if (o.min_lr > o.lr) fail("--min-lr must not exceed --lr (the peak) for cosine");
     if (o.t_mult <= 0) fail("--t-mult must be positive");
     if (o.lr_period_updates <= 0 && o.max_update - o.warmup_updates <= 0)
       fail("cosine needs --lr-period-updates or a --max-update above --warmup-updates");
   }
-  if (o.lr_scheduler == "polynomial_decay" &&
+  if (o.lr_scheduler == LrScheduler::polynomial_decay &&
       (o.total_num_update > 0 ? o.total_num_update : o.max_update) <= o.warmup_updates)
     fail("polynomial_decay needs --total-num-update (or --max-update) above --warmup-updates");
   if (o.save_interval < 0 || o.keep_last_epochs < 0)
@@ -755,13 +613,7 @@ void validate_options(const Options& o) {
   if (o.bucket_mb < 0) fail("--bucket-mb must be >= 0");
   if (o.sync_group_size < 0)
     fail("--sync-group-size must be >= 0 (0: one group of all ranks)");
-  if (o.pn_variant != "paper" && o.pn_variant != "authors")
-    fail("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
-  if (o.pn_warmup_psi != "cumulative" && o.pn_warmup_psi != "ema")
-    fail("--pn-warmup-psi '" + o.pn_warmup_psi + "' is unknown: use cumulative or ema");
-  one_of("pn-eval-state", o.pn_eval_state, kEvalStates);
-  one_of("arch", o.arch, kArchs);
-  if (o.arch == "transformer") {
+  if (o.arch == Arch::transformer) {
     if (o.encoder_embed_dim != o.decoder_embed_dim)
       fail("--encoder-embed-dim " + std::to_string(o.encoder_embed_dim) +
            " must equal --decoder-embed-dim " + std::to_string(o.decoder_embed_dim) +
@@ -785,7 +637,7 @@ void validate_options(const Options& o) {
   }
   if (o.sample < 0 || o.max_len < 1 || o.temperature < 0 || o.top_k < 0)
     fail("--sample, --top-k and --temperature must be >= 0 and --max-len >= 1");
-  if (o.sample > 0 && o.arch != "transformer_lm")
+  if (o.sample > 0 && o.arch != Arch::transformer_lm)
     fail("--sample needs a language model (--arch transformer_lm)");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
     if (!is_norm_kind(n)) {
@@ -827,10 +679,10 @@ int sync_group_ranks(const Options& o, int world_size) {
 }
 
 double statistics_batch_tokens(const Options& o, const std::string& norm_kind, int world_size) {
-  const bool local = norm_kind == "batch" || norm_kind == "power_v" || norm_kind == "power";
-  const bool synced = norm_kind.rfind("sync_", 0) == 0;
-  if (!local && !synced) return 0;
-  const double ranks = synced ? sync_group_ranks(o, world_size) : 1;
+  if (!is_norm_kind(norm_kind)) return 0;
+  const NormKind kind = parse_norm_kind(norm_kind);
+  if (!is_batch_type(kind)) return 0;
+  const double ranks = is_synchronized(kind) ? sync_group_ranks(o, world_size) : 1;
   return double(o.max_tokens) * ranks / stats_groups_per_micro_step(o);
 }
 

@@ -48,14 +48,15 @@ void Trainer::log_statistics_batches() {
   // batch statistics averages over, given the ranks' shares, the sync groups and ghost groups.
   const auto places = task_->norm_places(opt_);
   std::ostringstream line;
+  bool synced = false;
   for (const auto& [place, kind] : places) {
     const double tokens = statistics_batch_tokens(opt_, kind, comm_.size());
     if (tokens <= 0) continue;
+    synced = synced || is_synchronized(parse_norm_kind(kind));
     line << (line.tellp() > 0 ? ", " : "") << place << " " << kind << " "
          << int64_t(std::llround(tokens));
   }
   if (line.tellp() == 0) return;
-  const bool synced = line.str().find("sync_") != std::string::npos;
   LOG(INFO) << "statistics batch (tokens per set of batch statistics"
             << (task_->padded() ? ", padding included" : "") << "): " << line.str() << " = --max-tokens "
             << opt_.max_tokens

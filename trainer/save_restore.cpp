@@ -86,12 +86,6 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
     rank_file.header["state"] = tensors;
     write_checkpoint_file(dir + "/rank" + std::to_string(comm_.rank()) + ".bin", rank_file);
     if (comm_.rank() == 0) {
-      // The flags that built the model and its data, so that --eval-only and resuming need
-      // none repeated (an absolute data path serves from any directory).
-      nlohmann::json config = nlohmann::json::object();
-      for (const auto& [flag, value] : model_config_flags(opt_))
-        config[flag] = nlohmann::json::parse(value);
-      if (opt_.data != "builtin") config["data"] = fs::absolute(opt_.data).lexically_normal().string();
       CheckpointFile model_file;
       model_file.header = {{"format", "pntrain-checkpoint-1"},
                            {"update", update},
@@ -100,9 +94,9 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"seed", opt_.seed},
                            {"tokens_per_update",
                             int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq},
-                           {"config", config},
-                           {"flags", checkpoint_flags(opt_.given_text)},
-                           {"options", checkpoint_flags(opt_.values)},
+                           // The run's flags, so that a resume and --eval-only need none
+                           // repeated (trainer/options.h).
+                           {"options", checkpoint_options(opt_)},
                            {"vocab", task_->vocab_fingerprint()},
                            {"params", param_table(params())},
                            {"validations_without_gain", validations_without_gain_}};
@@ -140,12 +134,8 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
   return true;
 }
 
-std::vector<std::pair<std::string, std::string>> checkpoint_config(const std::string& dir) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const nlohmann::json h = read_checkpoint_header(dir + "/model.bin");
-  if (h.contains("config"))
-    for (const auto& [flag, value] : h["config"].items()) out.emplace_back(flag, value.dump());
-  return out;
+std::map<std::string, std::string> checkpoint_flags(const std::string& dir) {
+  return stored_flags(read_checkpoint_header(dir + "/model.bin"));
 }
 
 void Trainer::restore_checkpoint(const std::string& dir) {

@@ -16,8 +16,11 @@
 
 namespace pn {
 
+// --lr-scheduler; its names (trainer/options.h) in this order.
+enum class LrScheduler { inverse_sqrt, fixed, cosine, polynomial_decay };
+
 struct Schedule {
-  std::string scheduler = "inverse_sqrt";
+  LrScheduler scheduler = LrScheduler::inverse_sqrt;
   double lr = 5e-4, warmup_init_lr = 0;
   int warmup_updates = 0;
   int max_update = 0;
@@ -31,7 +34,7 @@ struct Schedule {
 
 inline double learning_rate(const Schedule& s, int64_t update /* 1-based */) {
   const double u = double(update), W = s.warmup_updates;
-  if (s.scheduler == "polynomial_decay") {
+  if (s.scheduler == LrScheduler::polynomial_decay) {
     const double N = s.total_num_update > 0 ? s.total_num_update : s.max_update;
     if (W > 0 && u <= W) return s.lr * u / W;
     if (u >= N) return s.end_learning_rate;
@@ -39,8 +42,8 @@ inline double learning_rate(const Schedule& s, int64_t update /* 1-based */) {
            s.end_learning_rate;
   }
   if (W > 0 && u < W) return s.warmup_init_lr + (s.lr - s.warmup_init_lr) * u / W;
-  if (s.scheduler == "inverse_sqrt" && W > 0) return s.lr * std::sqrt(W / u);
-  if (s.scheduler == "cosine") {
+  if (s.scheduler == LrScheduler::inverse_sqrt && W > 0) return s.lr * std::sqrt(W / u);
+  if (s.scheduler == LrScheduler::cosine) {
     const double period = s.lr_period_updates > 0 ? s.lr_period_updates : s.max_update - W;
     const double c = u - W;
     double i, t_i, t_cur;
@@ -61,7 +64,7 @@ inline double learning_rate(const Schedule& s, int64_t update /* 1-based */) {
 }
 
 // The inverse_sqrt and fixed schedules by their four numbers.
-inline double learning_rate(const std::string& scheduler, double lr, double warmup_init_lr,
+inline double learning_rate(LrScheduler scheduler, double lr, double warmup_init_lr,
                             int warmup_updates, int64_t update /* 1-based */) {
   Schedule s;
   s.scheduler = scheduler;

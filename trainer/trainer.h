@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -53,8 +54,9 @@ struct AgreedError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The model and task flags of a checkpoint (model.bin's "config"), empty for older ones.
-std::vector<std::pair<std::string, std::string>> checkpoint_config(const std::string& dir);
+// The flags of the run that wrote checkpoint `dir` (stored_flags of its model.bin's header),
+// empty for the oldest checkpoints. Throws CorruptCheckpoint for a damaged model.bin.
+std::map<std::string, std::string> checkpoint_flags(const std::string& dir);
 
 struct EvalResult {
   double loss = 0, nll = 0, ntokens = 0;  // per token

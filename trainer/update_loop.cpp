@@ -107,7 +107,7 @@ Trainer::Run Trainer::start_run() {
   schedule.power = opt_.power;
   schedule.total_num_update = opt_.total_num_update;
   run.keep = opt_.keep_last > 0 ? opt_.keep_last : opt_.keep_last_epochs;
-  run.json_log = opt_.log_format == "json";
+  run.json_log = opt_.log_format == LogFormat::json;
   if (comm_.rank() == 0 && !run.json_log)
     LOG(INFO) << "progress lines: loss, nll and ppl average over the target tokens of the "
               << "updates since the previous line; tok/s counts target tokens of all ranks";

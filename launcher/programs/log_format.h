@@ -23,11 +23,12 @@ class BareInfoSink : public google::LogSink {
   }
 };
 
-// Called once the options are known; before that glog prints with its prefix.
-inline void set_log_format(const std::string& format) {
+// Called once the options are known (glog_prefix: --log-format glog); before that glog prints
+// with its prefix.
+inline void set_log_format(bool glog_prefix) {
   static BareInfoSink sink;
   static bool installed = false;
-  if (format == "glog" || installed) return;
+  if (glog_prefix || installed) return;
   for (google::LogSeverity s : {google::GLOG_INFO, google::GLOG_WARNING, google::GLOG_ERROR,
                                 google::GLOG_FATAL})
     google::SetLogDestination(s, "");  // no log files

@@ -321,8 +321,10 @@ std::vector<size_t> statistics_messages(const pn::Options& opt) {
     for (const std::string& kind : l < opt.decoder_layers
                                        ? std::vector<std::string>{opt.norm_self, opt.norm_ff}
                                        : std::vector<std::string>{opt.norm_final}) {
-      if (kind == "sync_batch") doubles.insert(doubles.end(), {size_t(1 + 2 * d), size_t(2 * d)});
-      if (kind == "sync_power_v" || kind == "sync_power")
+      const pn::NormKind k = pn::parse_norm_kind(kind);
+      if (k == pn::NormKind::sync_batch)
+        doubles.insert(doubles.end(), {size_t(1 + 2 * d), size_t(2 * d)});
+      if (k == pn::NormKind::sync_power_v || k == pn::NormKind::sync_power)
         doubles.insert(doubles.end(), {size_t(1 + d), size_t(d)});
     }
   return doubles;
@@ -530,7 +532,7 @@ int main(int argc, char** argv) {
     if (b.probe && !b.split_wait)
       throw std::invalid_argument("--probe-allreduce times its probes after the barrier of "
                                   "--split-stats-wait: add --split-stats-wait");
-    if (b.probe && (opt.arch != "transformer_lm" || statistics_messages(opt).empty() || R == 1))
+    if (b.probe && (opt.arch != pn::Arch::transformer_lm || statistics_messages(opt).empty() || R == 1))
       throw std::invalid_argument("--probe-allreduce needs statistics all-reduces of the "
                                   "language model: --arch transformer_lm, a sync_* norm and "
                                   "more than one rank");

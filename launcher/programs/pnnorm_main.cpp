@@ -31,6 +31,7 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   pn::NormOptions o;
   std::string x_path, dy_path, mask_path, gamma_path, beta_path, out, device_name = "cpu";
   int sync_group_size = 0;
+  std::string pn_variant = "paper", pn_warmup_psi = "cumulative";
   po::options_description desc(
       "pnnorm: run one norm layer on .npy data (docs/contract.md §7)\n"
       "  pnnorm --norm NAME --x X.npy --dy DY.npy [--mask M.npy] --out DIR\n"
@@ -51,9 +52,9 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("alpha-fwd", po::value(&o.alpha_fwd)->default_value(o.alpha_fwd), "PN forward momentum")
     ("alpha-bkw", po::value(&o.alpha_bkw)->default_value(o.alpha_bkw), "PN backward momentum")
     ("warmup", po::value(&o.warmup)->default_value(o.warmup), "PN warmup iterations")
-    ("pn-variant", po::value(&o.pn_variant)->default_value(o.pn_variant),
+    ("pn-variant", po::value(&pn_variant)->default_value(pn_variant),
      "PN's math (power, sync_power): paper or authors")
-    ("pn-warmup-psi", po::value(&o.pn_warmup_psi)->default_value(o.pn_warmup_psi),
+    ("pn-warmup-psi", po::value(&pn_warmup_psi)->default_value(pn_warmup_psi),
      "PN's running psi^2 in warmup: cumulative or ema")
     ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
     ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
@@ -82,10 +83,12 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     throw std::invalid_argument("unknown --norm '" + o.kind + "' (known: " + known + ")");
   }
   if (o.eps <= 0) throw std::invalid_argument("--eps must be positive");
-  if (o.pn_variant != "paper" && o.pn_variant != "authors")
-    throw std::invalid_argument("--pn-variant '" + o.pn_variant + "' is unknown: use paper or authors");
-  if (o.pn_variant != "paper" && o.kind != "power" && o.kind != "sync_power")
-    throw std::invalid_argument("--pn-variant " + o.pn_variant + " applies to power and " +
+  o.pn_variant = pn::parse_pn_variant(pn_variant);
+  o.pn_warmup_psi = pn::parse_pn_warmup_psi(pn_warmup_psi);
+  const pn::NormKind kind = pn::parse_norm_kind(o.kind);
+  if (o.pn_variant != pn::PnVariant::paper && kind != pn::NormKind::power &&
+      kind != pn::NormKind::sync_power)
+    throw std::invalid_argument("--pn-variant " + pn_variant + " applies to power and " +
                                 "sync_power only, not --norm " + o.kind);
 
   std::vector<int64_t> xs, dys, ms;

@@ -111,7 +111,7 @@ int eval_lm(pn::Communicator& comm, pn::Trainer& trainer) {
 // The closing line, and the exit code: 128 + signal when interrupted, 3 when the final
 // checkpoint could not be written.
 int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult& r) {
-  if (comm.rank() == 0 && opt.log_format == "json") {
+  if (comm.rank() == 0 && opt.log_format == pn::LogFormat::json) {
     nlohmann::json j = {{"done", true},          {"updates", r.updates},
                         {"max_update", opt.max_update}, {"wall_s", r.wall_s},
                         {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
@@ -174,11 +174,7 @@ int main(int argc, char** argv) {
         restore = resume.dir;
       }
       if (!restore.empty()) {
-        const nlohmann::json run = pn::read_checkpoint_header(restore + "/model.bin");
-        using Flags = std::map<std::string, std::string>;
-        pn::resume_flags(argc, argv, run.value("flags", Flags{}), run.value("options", Flags{}),
-                         restore, &opt);
-        pn::apply_checkpoint_flags(pn::checkpoint_config(restore), restore, &opt);
+        pn::take_checkpoint_flags(pn::checkpoint_flags(restore), restore, &opt);
         opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
@@ -188,13 +184,13 @@ int main(int argc, char** argv) {
       if (const std::string e = pn::sync_group_error(opt.sync_group_size, comm->size());
           !e.empty())
         throw std::invalid_argument(e);
-      pn::set_log_format(opt.log_format);
+      pn::set_log_format(opt.log_format == pn::LogFormat::glog);
       if (!opt.save_dir.empty() && !opt.eval_only) pn::check_writable_dir(opt.save_dir, comm->rank());
       const int threads =
           opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
       pn::set_num_threads(threads);
       device = pn::resolve_device(opt.device, comm->rank() == 0);
-      if (opt.arch == "transformer")
+      if (opt.arch == pn::Arch::transformer)
         parallel = pn::load_parallel_corpus(opt.data, opt.source_lang, opt.target_lang,
                                             opt.share_all_embeddings, opt.train_subset,
                                             opt.valid_subset, opt.gen_subset);
@@ -229,7 +225,7 @@ int main(int argc, char** argv) {
   //    for a rank's own corrupt file).
   std::unique_ptr<pn::Trainer> trainer;
   try {
-    trainer = opt.arch == "transformer"
+    trainer = opt.arch == pn::Arch::transformer
                   ? std::make_unique<pn::Trainer>(opt, *comm, std::move(parallel))
                   : std::make_unique<pn::Trainer>(opt, *comm, std::move(corpus));
   } catch (const std::exception& e) {
@@ -241,7 +237,7 @@ int main(int argc, char** argv) {
   try {
     if (opt.sample > 0) return pn::print_samples(opt, *trainer, comm->rank());
     if (opt.eval_only)
-      return opt.arch == "transformer" ? eval_translation(opt, *comm, *trainer)
+      return opt.arch == pn::Arch::transformer ? eval_translation(opt, *comm, *trainer)
                                        : eval_lm(*comm, *trainer);
     report_status(*comm, "save_dir " + opt.save_dir);
     return exit_status(*comm, finish(opt, *comm, trainer->train()));

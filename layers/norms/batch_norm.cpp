@@ -8,8 +8,9 @@
 namespace pn {
 
 template <class T>
-BatchNorm<T>::BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
-    : store(&s), d(dim), eps(o.eps), alpha(o.alpha), running_mean(dim, 0.0),
+BatchNorm<T>::BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
+                        Communicator* c)
+    : store(&s), d(dim), eps(o.eps), alpha(o.alpha), comm(c), running_mean(dim, 0.0),
       running_var(dim, 1.0), stats(1 + 2 * size_t(dim), 0.0), mean(dim, 0.0), rstd(dim, 1.0),
       sums(2 * size_t(dim), 0.0), a(dim, 0.0), b(dim, 0.0) {
   gamma = s.add(name + ".weight", {d}, Init::Ones);

@@ -10,9 +10,11 @@
 //   dgamma = sum_S dy * xh;  dbeta = sum_S dy
 // Inference, and training with B = 0: gamma * (x - mu) / sqrt(sigma^2 + eps) + beta with the
 // running state, which is then left unchanged; dx = 0 and no parameter gradient.
-// SyncBatchNorm (sync_batch_norm.h) is this layer with comm set: the forward all-reduces
-// [count, sum(x - shift), sum (x - shift)^2] and the backward [sum dy, sum dy (x - mu_B)] in
-// one buffer each, so every rank counts with its own number of tokens.
+// sync_batch is this layer with comm set (make_norm): its statistics batch is the union of every
+// rank's unmasked rows. The forward all-reduces [count, sum(x - shift), sum (x - shift)^2] and
+// the backward [sum dy, sum dy (x - mu_B)] in one buffer each, so every rank counts with its own
+// number of tokens: uneven and empty ranks give the one-process result, and a rank with no rows
+// still joins both collectives. The running state is identical on every rank.
 #pragma once
 
 #include "layers/norms/norm.h"
@@ -31,7 +33,9 @@ struct BatchNorm : Norm<T> {
   Buf<double> stats, mean, rstd;
   Buf<double> sums, a, b, scratch;  // backward and inference scratch
 
-  BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
+            Communicator* comm = nullptr);
+  bool synchronized() const override { return comm != nullptr; }
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;

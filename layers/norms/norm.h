@@ -22,6 +22,31 @@
 
 namespace pn {
 
+// The norm kinds, named as --norm writes them (norm_kinds(), in this order). Classified here
+// once: parse_norm_kind, is_batch_type, is_synchronized.
+enum class NormKind { layer, rms, group, batch, sync_batch, power_v, sync_power_v, power, sync_power };
+const std::vector<std::string>& norm_kinds();
+bool is_norm_kind(const std::string& kind);
+// Throws std::invalid_argument "unknown norm 'K' (known: layer, ...)".
+NormKind parse_norm_kind(const std::string& kind);
+// Batch statistics (and running state): batch, power_v, power and their sync_ twins.
+bool is_batch_type(NormKind k);
+// Statistics summed over the ranks of a sync group: the sync_ kinds.
+bool is_synchronized(NormKind k);
+
+// PN's math: paper (Algorithm 2) or authors (their public MaskPowerNorm; SPEC section 2).
+enum class PnVariant { paper, authors };
+// PN's running psi^2 during warmup: cumulative (SPEC: the mean of every psi_B^2 so far) or ema
+// (the authors' rule: that mean strictly inside warmup, then the EMA every iteration). `authors`
+// always uses ema.
+enum class PnWarmupPsi { cumulative, ema };
+// Their names ("paper", "authors"; "cumulative", "ema"), in the enums' order, and their parse,
+// which throws std::invalid_argument naming the flag and the choices.
+const std::vector<std::string>& pn_variant_choices();
+const std::vector<std::string>& pn_warmup_psi_choices();
+PnVariant parse_pn_variant(const std::string& name);
+PnWarmupPsi parse_pn_warmup_psi(const std::string& name);
+
 // Options of every norm, with SPEC defaults. `kind` is one of norm_kinds().
 struct NormOptions {
   std::string kind = "layer";
@@ -32,12 +57,8 @@ struct NormOptions {
   double alpha_fwd = 0.9;    // PN
   double alpha_bkw = 0.9;    // PN
   int64_t warmup = 0;        // PN warmup iterations (training forward calls)
-  // PN's math: "paper" (Algorithm 2) or "authors" (their public MaskPowerNorm; SPEC section 2).
-  std::string pn_variant = "paper";
-  // PN's running psi^2 during warmup: "cumulative" (SPEC: the mean of every psi_B^2 so far) or
-  // "ema" (the authors' rule: that mean strictly inside warmup, then the EMA every iteration).
-  // `authors` always uses "ema".
-  std::string pn_warmup_psi = "cumulative";
+  PnVariant pn_variant = PnVariant::paper;
+  PnWarmupPsi pn_warmup_psi = PnWarmupPsi::cumulative;
   // Ghost statistics (ghost_stats.h): a training forward splits its rows into statistics
   // groups of stats_rows rows (0: one group, the whole call), at least stats_groups of them
   // (the same count on every rank, so synchronized norms meet in every collective).
@@ -114,11 +135,10 @@ inline void unpack_forward(const Buf<double>& in, std::initializer_list<Buf<doub
   }
 }
 
-const std::vector<std::string>& norm_kinds();
-bool is_norm_kind(const std::string& kind);
-
 // Builds a norm of options.kind for d features, declaring its gamma/beta in `store` under
-// `name`. comm is used by sync_* norms only (may be null otherwise).
+// `name`. comm is used by sync_* norms only (may be null otherwise): make_norm sets it in the
+// layer of the local twin (BatchNorm, PowerVNorm, PowerNorm), which then sums its statistics
+// over the ranks.
 template <class T>
 std::unique_ptr<Norm<T>> make_norm(const NormOptions& options, int d, ParamStore<T>& store,
                                    const std::string& name, Communicator* comm);

@@ -9,19 +9,15 @@
 namespace pn {
 
 template <class T>
-PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name)
+PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
+                        Communicator* c)
     : store(&s), d(dim), eps(o.eps), alpha_fwd(o.alpha_fwd), alpha_bkw(o.alpha_bkw),
-      warmup(o.warmup), authors(o.pn_variant == "authors"),
-      ema_state(authors || o.pn_warmup_psi == "ema"), running_psi2(dim, 1.0), nu(dim, 0.0),
+      warmup(o.warmup), authors(o.pn_variant == PnVariant::authors),
+      ema_state(authors || o.pn_warmup_psi == PnWarmupPsi::ema), comm(c), running_psi2(dim, 1.0),
+      nu(dim, 0.0),
       t(1, 0.0), stats(1 + size_t(dim), 0.0), inv_s(dim, 1.0), sum_x2(dim, 0.0),
       sums(2 * size_t(dim), 0.0),
       g_xh(dim, 0.0), inv_s_b(dim, 1.0), nu_coef(dim, 0.0) {
-  if (o.pn_variant != "paper" && o.pn_variant != "authors")
-    throw std::invalid_argument("unknown PN variant '" + o.pn_variant + "' of norm '" + name +
-                                "': use paper or authors");
-  if (o.pn_warmup_psi != "cumulative" && o.pn_warmup_psi != "ema")
-    throw std::invalid_argument("unknown PN warmup rule '" + o.pn_warmup_psi + "' of norm '" +
-                                name + "': use cumulative or ema");
   gamma = s.add(name + ".weight", {d}, Init::Ones);
   beta = s.add(name + ".bias", {d}, Init::Zeros);
 }

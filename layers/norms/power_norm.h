@@ -13,7 +13,7 @@
 //   dgamma = sum_S dy * xh;  dbeta = sum_S dy
 // Inference, and training with B = 0: gamma * x / sqrt(psi^2 + eps) + beta; psi^2, nu and t
 // unchanged, dx = 0, no parameter gradient.
-// The authors' variant (pn_variant "authors", their public MaskPowerNorm) keeps s, y, dgamma,
+// The authors' variant (PnVariant::authors, their public MaskPowerNorm) keeps s, y, dgamma,
 // dbeta and inference, and differs in three places:
 //   psi^2 <- psi^2 + (psi_B^2 - psi^2) / t if t < W (strictly), then in every iteration
 //            psi^2 <- alpha_fwd psi^2 + (1 - alpha_fwd) psi_B^2
@@ -21,12 +21,13 @@
 //        + Lambda;  dx = xh' / s_B with s_B = sqrt(psi_B^2 + eps), this iteration's batch
 //        statistic (also after warmup)
 // Its sums are the paper's (count, sum x^2, sum g xh), so sync_power reduces the same buffers.
-// pn_warmup_psi "ema" gives the paper variant the authors' running-psi^2 rule alone (the
+// PnWarmupPsi::ema gives the paper variant the authors' running-psi^2 rule alone (the
 // first of the three places), so that validation during warmup sees recent batches.
-// `power` keeps all of this rank-local (the paper's setting). SyncPowerNorm
-// (sync_power_norm.h) sets comm: the forward all-reduces [count, sum x^2] and the backward
-// [sum g xh] (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every
-// rank), so the state is identical on every rank.
+// `power` keeps all of this rank-local (the paper's setting). sync_power is this layer with comm
+// set (make_norm): its statistics cover the union of every rank's unmasked rows (SPEC section 3,
+// beyond the paper); the forward all-reduces [count, sum x^2] and the backward [sum g xh]
+// (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every rank), so
+// psi^2, nu and t are identical on every rank. Every rank joins both, even with no rows.
 // On every device the layer is one sequence of kernels (kernels/ops.inc's per-column PN steps
 // between the column statistics and the affine maps): t, the count and the warm/cold choice are
 // read on the device, so a step never waits for the host.
@@ -43,8 +44,8 @@ struct PowerNorm : Norm<T> {
   int d, gamma, beta;
   double eps, alpha_fwd, alpha_bkw;
   int64_t warmup;
-  bool authors = false;   // pn_variant "authors"
-  bool ema_state = false;  // the authors' running-psi^2 rule (authors, or pn_warmup_psi "ema")
+  bool authors = false;   // PnVariant::authors
+  bool ema_state = false;  // the authors' running-psi^2 rule (authors, or PnWarmupPsi::ema)
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
   Buf<double> running_psi2, nu;
   Buf<double> t;  // [1]: training forward count, a double so that state() can expose it
@@ -55,7 +56,9 @@ struct PowerNorm : Norm<T> {
   // scale inv_s_b and nu term nu_coef (dx = inv_s_b (g - nu_coef x inv_s_b)).
   Buf<double> sums, g_xh, inv_s_b, nu_coef;
 
-  PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
+            Communicator* comm = nullptr);
+  bool synchronized() const override { return comm != nullptr; }
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;

@@ -8,8 +8,8 @@ namespace pn {
 
 template <class T>
 PowerVNorm<T>::PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s,
-                          const std::string& name)
-    : store(&s), d(dim), eps(o.eps), alpha(o.alpha), running_psi2(dim, 1.0),
+                          const std::string& name, Communicator* c)
+    : store(&s), d(dim), eps(o.eps), alpha(o.alpha), comm(c), running_psi2(dim, 1.0),
       stats(1 + size_t(dim), 0.0), inv_s(dim, 1.0), b(dim, 0.0) {
   gamma = s.add(name + ".weight", {d}, Init::Ones);
   beta = s.add(name + ".bias", {d}, Init::Zeros);

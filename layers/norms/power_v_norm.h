@@ -7,8 +7,9 @@
 //   dgamma = sum_S dy * xh;  dbeta = sum_S dy
 // Inference, and training with B = 0: gamma * x / sqrt(psi^2 + eps) + beta, state unchanged,
 // dx = 0, no parameter gradient.
-// SyncPowerVNorm (sync_power_v_norm.h) sets comm: forward all-reduces [count, sum x^2],
-// backward [sum g xh], one double buffer each.
+// sync_power_v is this layer with comm set (make_norm), over the union of every rank's unmasked
+// rows: forward all-reduces [count, sum x^2], backward [sum g xh], one double buffer each; every
+// rank joins both, even with no rows. Running psi^2 is identical on every rank.
 #pragma once
 
 #include "layers/norms/norm.h"
@@ -26,7 +27,9 @@ struct PowerVNorm : Norm<T> {
   Buf<double> stats, inv_s;
   Buf<double> sums, g_xh, b, scratch;  // backward and inference scratch
 
-  PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
+  PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
+             Communicator* comm = nullptr);
+  bool synchronized() const override { return comm != nullptr; }
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;

@@ -84,7 +84,7 @@ TEST(Evaluation, RankLocalPowerStateEvaluatesWithRankZerosOrTheMean) {
   w.allreduce_max(got, 2);
   EXPECT_EQ(got[0], -got[1]);
   Options om = o;
-  om.pn_eval_state = "mean";
+  om.pn_eval_state = EvalState::mean;
   om.max_update = 0;
   Trainer tm(om, w, corpus());
   for (size_t l = 0; l < tm.model().norms().size(); ++l) {  // give tm t's state

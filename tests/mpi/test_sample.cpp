@@ -25,7 +25,7 @@ TEST(SampleRanks, EveryRankAndOneProcessDrawTheSameText) {
   o.norm_self = o.norm_ff = o.norm_final = "power";
   o.max_update = 10;
   o.save_dir = dir.string();
-  o.pn_eval_state = "mean";
+  o.pn_eval_state = EvalState::mean;
   Trainer(o, w, test::builtin()).train();
   SampleOptions s;
   s.count = 3;

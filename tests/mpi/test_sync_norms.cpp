@@ -60,7 +60,7 @@ Iteration make_iteration(int N, int d, int it) {
 // Runs `kind` synchronized over the world (this rank: its share) and in one process over all
 // rows, compares every iteration.
 void check_sync_matches_one_process(NormOptions o) {
-  SCOPED_TRACE(o.kind + " " + o.pn_variant + " prescale " + std::to_string(o.prescale_groups));
+  SCOPED_TRACE(o.kind + " " + pn_variant_choices()[size_t(o.pn_variant)] + " prescale " + std::to_string(o.prescale_groups));
   Communicator& w = test::world();
   const int R = w.size(), me = w.rank(), d = 6, iters = 4;
   int N = 0, first = 0;
@@ -118,7 +118,7 @@ TEST(SyncNorms, UnevenAndEmptyRanksEqualOneProcess) {
     for (int prescale : {0, 2}) {
       NormOptions o;
       o.kind = kind;
-      if (o.kind == "sync_power authors") o.kind = "sync_power", o.pn_variant = "authors";
+      if (o.kind == "sync_power authors") o.kind = "sync_power", o.pn_variant = PnVariant::authors;
       o.prescale_groups = prescale;
       o.warmup = 2;
       o.alpha = 0.7;
@@ -217,7 +217,7 @@ void check_pn_against_pseudo_code(const std::string& kind, const std::string& va
   o.warmup = W;
   o.alpha_fwd = 0.8;
   o.alpha_bkw = 0.6;
-  o.pn_variant = variant;
+  o.pn_variant = parse_pn_variant(variant);
   ParamStore<double> s;
   auto norm = make_norm<double>(o, d, s, "n", &w);
   s.allocate(7);
