@@ -1,4 +1,4 @@
-// The normalization-layer interface shared by every norm of SPEC section 2.
+// The normalization-layer interface shared by every norm of docs/contract.md §2.
 //
 // A norm maps x [rows, d] to y [rows, d]. mask[r] != 0 marks a real token; masked rows get the
 // per-row output formula but never enter a statistic or a parameter gradient, and their dx is 0.
@@ -34,9 +34,9 @@ bool is_batch_type(NormKind k);
 // Statistics summed over the ranks of a sync group: the sync_ kinds.
 bool is_synchronized(NormKind k);
 
-// PN's math: paper (Algorithm 2) or authors (their public MaskPowerNorm; SPEC section 2).
+// PN's math: paper (Algorithm 2) or authors (their public MaskPowerNorm; docs/contract.md §2).
 enum class PnVariant { paper, authors };
-// PN's running psi^2 during warmup: cumulative (SPEC: the mean of every psi_B^2 so far) or ema
+// PN's running psi^2 during warmup: cumulative (docs/contract.md: the mean of every psi_B^2 so far) or ema
 // (the authors' rule: that mean strictly inside warmup, then the EMA every iteration). `authors`
 // always uses ema.
 enum class PnWarmupPsi { cumulative, ema };
@@ -47,7 +47,7 @@ const std::vector<std::string>& pn_warmup_psi_choices();
 PnVariant parse_pn_variant(const std::string& name);
 PnWarmupPsi parse_pn_warmup_psi(const std::string& name);
 
-// Options of every norm, with SPEC defaults. `kind` is one of norm_kinds().
+// Options of every norm, with the defaults of docs/contract.md. `kind` is one of norm_kinds().
 struct NormOptions {
   std::string kind = "layer";
   int groups = 1;            // `group`: number of feature groups

@@ -1,4 +1,4 @@
-// PowerNorm (PN; paper Algorithm 2, Definition 3, warmup of appendix A.1; SPEC section 2).
+// PowerNorm (PN; paper Algorithm 2, Definition 3, warmup of appendix A.1; docs/contract.md §2).
 // State per feature: psi^2 (init 1), nu (init 0); t counts training forwards (init 0).
 // Forward (training), B = |S| > 0:
 //   t <- t + 1;  psi_B^2 = mean_S x^2
@@ -24,7 +24,7 @@
 // PnWarmupPsi::ema gives the paper variant the authors' running-psi^2 rule alone (the
 // first of the three places), so that validation during warmup sees recent batches.
 // `power` keeps all of this rank-local (the paper's setting). sync_power is this layer with comm
-// set (make_norm): its statistics cover the union of every rank's unmasked rows (SPEC section 3,
+// set (make_norm): its statistics cover the union of every rank's unmasked rows (docs/contract.md §3,
 // beyond the paper); the forward all-reduces [count, sum x^2] and the backward [sum g xh]
 // (sum xh^2 = sum x^2 / s^2 needs no second reduction because s is the same on every rank), so
 // psi^2, nu and t are identical on every rank. Every rank joins both, even with no rows.
