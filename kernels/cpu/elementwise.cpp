@@ -27,9 +27,6 @@ template <class T> void scale_inplace(T* y, size_t n, T a) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y[i] *= a;
 }
-template <class T> void negate(T* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] = -x[i];
-}
 template <class T> void add_bias(T* y, const T* b, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
   for (int r = 0; r < rows; ++r) {

@@ -89,9 +89,6 @@ void add(const float* a, const float* b, size_t n, float* y, cudaStream_t s) {
 void scale_inplace(float* y, size_t n, float a, cudaStream_t s) {
   for_each(n, s, [=] __device__(size_t i) { y[i] *= a; });
 }
-void negate(float* x, size_t n, cudaStream_t s) {
-  for_each(n, s, [=] __device__(size_t i) { x[i] = -x[i]; });
-}
 void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s) {
   for_each(size_t(rows) * cols, s, [=] __device__(size_t i) { y[i] += b[i % cols]; });
 }
