@@ -42,7 +42,6 @@
 #include "comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/kernels.h"
-#include "kernels/norm_kernels.h"
 #include "layers/norms/norm.h"
 
 namespace po = boost::program_options;

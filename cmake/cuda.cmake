@@ -5,7 +5,7 @@
 #     the CUDA toolkit's copy; NCCL_ROOT overrides the search).
 #   * PN_CUDA_TESTS: tests/cuda registers pn_cuda_tests (tests/CMakeLists.txt adds the folder).
 set(PN_HAVE_NCCL OFF)
-if(PN_CUDA_EMULATE)  # the communicator on the emulation's NCCL (kernels/cuda/emulate/nccl.cpp)
+if(PN_CUDA_EMULATE)  # the communicator on the emulation's NCCL (emulator/nccl.cpp)
   set(PN_HAVE_NCCL ON)
   target_sources(pn_comm PRIVATE ${CMAKE_SOURCE_DIR}/comm/nccl_comm.cpp)
   target_compile_definitions(pn_comm PUBLIC PN_HAVE_NCCL=1)

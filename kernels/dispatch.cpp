@@ -1,7 +1,9 @@
 // The dispatch point of every operation of kernels/ops.inc (see kernels.h): by the device of the
 // current context, run the CPU kernel here, queue it on the stand-in device with the pointers
-// translated to their readable twins, or call the CUDA twin on the context's stream (float only;
-// double precision is the CPU's, for the gradient checks).
+// translated to their readable twins, or call the CUDA twin on the context's stream (float, and
+// double where the list says stream_double; otherwise double is the CPU's and the stand-in's, for
+// the gradient checks). Every operation's dispatch is expanded from its entry in the list, except
+// those marked cublas_by_hand or composite there, which are written below.
 #include <array>
 #include <cstring>
 #include <stdexcept>
@@ -9,17 +11,17 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 #include "kernels/kernels.h"
+#include "kernels/ops_expand.h"
 #include "kernels/sim_device.h"
 
 #ifdef PN_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
-// The CUDA call of an operation, given the stream s (a generic lambda: instantiated only for
-// float, so the double instantiations need no CUDA twin).
-#define PN_CUDA(call) [&](auto s) { call; }
+// The CUDA call of an operation, given the stream s (a generic lambda: instantiated only where
+// the call is taken, so the double instantiations need no CUDA twin).
+#define PN_CUDA(...) [&](auto s) { __VA_ARGS__; }
 #else
-#define PN_CUDA(call) [](auto) {}
+#define PN_CUDA(...) [](auto) {}
 #endif
 
 namespace pn::k {
@@ -45,8 +47,9 @@ cudaStream_t stream() { return static_cast<cudaStream_t>(current_context().strea
 cuda::Blas& blas(cudaStream_t) { return *static_cast<cuda::Blas*>(current_context().blas); }
 #endif
 
-// cpu_fn(args...) on the CPU, queued on the stand-in, or cuda_fn(stream) when T is float.
-template <class T, class CpuFn, class CudaFn, class... A>
+// cpu_fn(args...) on the CPU, queued on the stand-in, or cuda_fn(stream) where the operation has
+// a CUDA twin for these types (on_cuda).
+template <bool on_cuda, class CpuFn, class CudaFn, class... A>
 void run(const char* name, CpuFn cpu_fn, CudaFn cuda_fn, A... args) {
   switch (current_device()) {
     case Device::CPU:
@@ -57,7 +60,7 @@ void run(const char* name, CpuFn cpu_fn, CudaFn cuda_fn, A... args) {
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
-      if constexpr (std::is_same_v<T, float>) {
+      if constexpr (on_cuda) {
         cuda_fn(stream());
         return;
       }
@@ -82,9 +85,43 @@ std::array<double, N> fetch_sums(F accumulate) {
 
 }  // namespace
 
-#define PN_RUN(T, name, cuda_call, ...) run<T>(#name, cpu::name<T>, PN_CUDA(cuda_call), __VA_ARGS__)
+// ---- the dispatch expanded from kernels/ops.inc ----------------------------------------------
+// Per entry: the CPU function, whether its CUDA twin takes these types, and the call of the twin.
+#define PN_DISPATCH_CPU_float_double(name) cpu::name<T>
+#define PN_DISPATCH_CPU_fixed(name) cpu::name
+#define PN_DISPATCH_ON_CUDA_fixed(cuda) true
+#define PN_DISPATCH_ON_CUDA_float_double(cuda) PN_OPS_CAT(PN_DISPATCH_ON_CUDA_T_, cuda)
+#define PN_DISPATCH_ON_CUDA_T_stream std::is_same_v<T, float>
+#define PN_DISPATCH_ON_CUDA_T_stream_double true
+#define PN_DISPATCH_ON_CUDA_T_cublas std::is_same_v<T, float>
+#define PN_DISPATCH_ON_CUDA_T_cublas_by_hand std::is_same_v<T, float>
+#define PN_DISPATCH_CUDA_stream(name, args) cuda::name(PN_OPS_UNPAREN args, s)
+#define PN_DISPATCH_CUDA_stream_double PN_DISPATCH_CUDA_stream
+#define PN_DISPATCH_CUDA_cublas(name, args) cuda::name(blas(s), PN_OPS_UNPAREN args)
+#define PN_DISPATCH_CUDA_cublas_by_hand PN_DISPATCH_CUDA_cublas
+#define PN_DISPATCH_FUNCTION(name, ret, params, args, types, cuda)                            \
+  PN_OPS_CAT(PN_OPS_TEMPLATE_, types)                                                         \
+  ret name params {                                                                           \
+    return run<PN_OPS_CAT(PN_DISPATCH_ON_CUDA_, types)(cuda)>(                                \
+        #name, PN_OPS_CAT(PN_DISPATCH_CPU_, types)(name),                                     \
+        PN_CUDA(PN_OPS_CAT(PN_DISPATCH_CUDA_, cuda)(name, args)), PN_OPS_UNPAREN args);       \
+  }
+// stream, stream_double, cublas: pn::k::name itself; cublas_by_hand: generic::name, which the
+// hand-written pn::k::name below calls where its own path does not apply; composite: nothing.
+#define PN_DISPATCH_stream PN_DISPATCH_FUNCTION
+#define PN_DISPATCH_stream_double PN_DISPATCH_FUNCTION
+#define PN_DISPATCH_cublas PN_DISPATCH_FUNCTION
+#define PN_DISPATCH_cublas_by_hand(...) \
+  namespace generic {                   \
+  PN_DISPATCH_FUNCTION(__VA_ARGS__)     \
+  }
+#define PN_DISPATCH_composite(...)
+#define PN_OP(name, ret, params, args, types, cuda, file) \
+  PN_OPS_CAT(PN_DISPATCH_, cuda)(name, ret, params, args, types, cuda)
+#include "kernels/ops.inc"
+#undef PN_OP
 
-// ---- BLAS -------------------------------------------------------------------------------------
+// ---- BLAS (cublas_by_hand) ----------------------------------------------------------------------
 template <class T>
 void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
           T beta, T* C, int ldc) {
@@ -93,115 +130,24 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
   // CPU's bf16 instructions where it has them (oneDNN), else bf16's numerics on fp32 sgemm.
   if constexpr (std::is_same_v<T, float>) {
     if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA)
-      return run<T>("gemm",
-                    cpu::bf16_matmul_available() ? cpu::gemm_bf16_matmul : cpu::gemm_bf16_operands,
-                    PN_CUDA(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      return run<false>("gemm",
+                        cpu::bf16_matmul_available() ? cpu::gemm_bf16_matmul
+                                                     : cpu::gemm_bf16_operands,
+                        PN_CUDA(), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
-  PN_RUN(T, gemm, cuda::gemm(blas(s), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), ta,
-         tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  generic::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 std::string cpu_bf16_gemm_path() { return cpu::bf16_matmul_description(); }
 
-// ---- element-wise -----------------------------------------------------------------------------
-template <class T>
-void fill(T* x, size_t n, T value) {
-  if constexpr (std::is_same_v<T, double>) {
-#ifdef PN_HAVE_CUDA
-    if (current_device() == Device::CUDA) return cuda::fill(x, n, value, stream());
-#endif
-  }
-  PN_RUN(T, fill, cuda::fill(x, n, value, s), x, n, value);
-}
+// ---- copy (composite) ---------------------------------------------------------------------------
 template <class T>
 void copy(const T* x, size_t n, T* y) {
   if (current_device() != Device::CPU) return copy_on_device(y, x, n * sizeof(T));
   cpu::copy<T>(x, n, y);
 }
-template <class T>
-void add_inplace(T* y, const T* x, size_t n) {
-  if constexpr (std::is_same_v<T, double>) {
-#ifdef PN_HAVE_CUDA
-    if (current_device() == Device::CUDA) return cuda::add_inplace(y, x, n, stream());
-#endif
-  }
-  PN_RUN(T, add_inplace, cuda::add_inplace(y, x, n, s), y, x, n);
-}
-template <class T>
-void add(const T* a, const T* b, size_t n, T* y) {
-  PN_RUN(T, add, cuda::add(a, b, n, y, s), a, b, n, y);
-}
-template <class T>
-void scale_inplace(T* y, size_t n, T a) {
-  PN_RUN(T, scale_inplace, cuda::scale_inplace(y, n, a, s), y, n, a);
-}
-template <class T>
-void add_bias(T* y, const T* b, int rows, int cols) {
-  PN_RUN(T, add_bias, cuda::add_bias(y, b, rows, cols, s), y, b, rows, cols);
-}
-template <class T>
-void bias_grad(const T* dy, int rows, int cols, T* db) {
-  PN_RUN(T, bias_grad, cuda::bias_grad(dy, rows, cols, db, s), dy, rows, cols, db);
-}
-template <class T>
-void relu_forward(const T* x, size_t n, T* y) {
-  PN_RUN(T, relu_forward, cuda::relu_forward(x, n, y, s), x, n, y);
-}
-template <class T>
-void relu_backward(const T* y, const T* dy, size_t n, T* dx) {
-  PN_RUN(T, relu_backward, cuda::relu_backward(y, dy, n, dx, s), y, dy, n, dx);
-}
-template <class T>
-void bias_relu_forward(T* y, const T* b, int rows, int cols) {
-  PN_RUN(T, bias_relu_forward, cuda::bias_relu_forward(y, b, rows, cols, s), y, b, rows, cols);
-}
-template <class T>
-void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
-  PN_RUN(T, relu_backward_bias_grad, cuda::relu_backward_bias_grad(y, dy, rows, cols, db, s), y,
-         dy, rows, cols, db);
-}
-void gather_rows(const void* src, size_t src_stride, const int32_t* from, int rows, size_t bytes,
-                 void* dst, size_t dst_stride) {
-  run<float>("gather_rows", cpu::gather_rows,
-             PN_CUDA(cuda::gather_rows(src, src_stride, from, rows, bytes, dst, dst_stride, s)),
-             src, src_stride, from, rows, bytes, dst, dst_stride);
-}
-void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep) {
-  run<float>("dropout_mask", cpu::dropout_mask, PN_CUDA(cuda::dropout_mask(seed, n, p, keep, s)),
-             seed, n, p, keep);
-}
-template <class T>
-void dropout_apply(T* x, const uint8_t* keep, size_t n, float p) {
-  PN_RUN(T, dropout_apply, cuda::dropout_apply(x, keep, n, p, s), x, keep, n, p);
-}
-template <class T>
-void dropout_add(const T* a, const T* b, const uint8_t* keep, float p, size_t n, T* y) {
-  PN_RUN(T, dropout_add, cuda::dropout_add(a, b, keep, p, n, y, s), a, b, keep, p, n, y);
-}
-template <class T>
-void dropout_copy(const T* x, const uint8_t* keep, float p, size_t n, T* y) {
-  PN_RUN(T, dropout_copy, cuda::dropout_copy(x, keep, p, n, y, s), x, keep, p, n, y);
-}
 
-// ---- embedding --------------------------------------------------------------------------------
-template <class T>
-void sinusoidal_positions(int max_len, int d, T* table) {
-  PN_RUN(T, sinusoidal_positions, cuda::sinusoidal_positions(max_len, d, table, s), max_len, d,
-         table);
-}
-template <class T>
-void embedding_forward(const int32_t* tok, int rows, int seq_len, const T* E, const T* P, int d,
-                       T scale, T* y) {
-  PN_RUN(T, embedding_forward, cuda::embedding_forward(tok, rows, seq_len, E, P, d, scale, y, s),
-         tok, rows, seq_len, E, P, d, scale, y);
-}
-template <class T>
-void embedding_backward(const int32_t* tok, int rows, const T* dy, int d, T scale, T* dE) {
-  PN_RUN(T, embedding_backward, cuda::embedding_backward(tok, rows, dy, d, scale, dE, s), tok,
-         rows, dy, d, scale, dE);
-}
-
-// ---- attention --------------------------------------------------------------------------------
+// ---- attention (cublas_by_hand) -----------------------------------------------------------------
 namespace {
 // On a GPU whose GEMMs compute in bf16, the causal attention runs fused (kernels/cuda/
 // flash_attention.cu: no T x T matrices in memory), unless --attention materialized.
@@ -229,9 +175,7 @@ void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T*
     if (fused_attention(d, heads))
       return cuda::flash_attention_forward(qkv, nseq, seq_len, d, heads, probs, ctx, stream());
 #endif
-  PN_RUN(T, attention_forward,
-         cuda::attention_forward(blas(s), qkv, nseq, seq_len, d, heads, probs, ctx), qkv, nseq,
-         seq_len, d, heads, probs, ctx);
+  generic::attention_forward<T>(qkv, nseq, seq_len, d, heads, probs, ctx);
 }
 template <class T>
 void attention_backward(const T* qkv, const T* probs, const T* ctx, const T* dctx, int nseq,
@@ -242,78 +186,10 @@ void attention_backward(const T* qkv, const T* probs, const T* ctx, const T* dct
       return cuda::flash_attention_backward(qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv,
                                             scratch, stream());
 #endif
-  PN_RUN(T, attention_backward,
-         cuda::attention_backward(blas(s), qkv, probs, dctx, nseq, seq_len, d, heads, dqkv,
-                                  scratch),
-         qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv, scratch);
-}
-template <class T>
-void mha_forward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
-                 int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
-                 float p, T* probs, T* probs_drop, T* ctx) {
-  PN_RUN(T, mha_forward,
-         cuda::mha_forward(blas(s), q, ldq, k, v, ldkv, nseq, tq, tk, d, heads, causal, key_mask,
-                           keep, p, probs, probs_drop, ctx),
-         q, ldq, k, v, ldkv, nseq, tq, tk, d, heads, causal, key_mask, keep, p, probs, probs_drop,
-         ctx);
-}
-template <class T>
-void mha_backward(const T* q, int ldq, const T* k, const T* v, int ldkv, int nseq, int tq, int tk,
-                  int d, int heads, bool causal, const uint8_t* key_mask, const uint8_t* keep,
-                  float p, const T* probs, const T* probs_drop, const T* dctx, T* dq, T* dk, T* dv,
-                  T* scratch) {
-  PN_RUN(T, mha_backward,
-         cuda::mha_backward(blas(s), q, ldq, k, v, ldkv, nseq, tq, tk, d, heads, causal, key_mask,
-                            keep, p, probs, probs_drop, dctx, dq, dk, dv, scratch),
-         q, ldq, k, v, ldkv, nseq, tq, tk, d, heads, causal, key_mask, keep, p, probs, probs_drop,
-         dctx, dq, dk, dv, scratch);
-}
-template <class T>
-void attention_step(const T* q, int ldq, const T* k, const T* v, int ldkv, size_t seq_stride,
-                    int N, int len, int d, int heads, const uint8_t* key_mask, int mask_stride,
-                    T* ctx) {
-  PN_RUN(T, attention_step,
-         cuda::attention_step(q, ldq, k, v, ldkv, seq_stride, N, len, d, heads, key_mask,
-                              mask_stride, ctx, s),
-         q, ldq, k, v, ldkv, seq_stride, N, len, d, heads, key_mask, mask_stride, ctx);
-}
-template <class T>
-void log_softmax_rows(T* x, int rows, int cols) {
-  PN_RUN(T, log_softmax_rows, cuda::log_softmax_rows(x, rows, cols, s), x, rows, cols);
+  generic::attention_backward<T>(qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv, scratch);
 }
 
-// ---- LayerNorm ----------------------------------------------------------------------------------
-template <class T>
-void layernorm_forward(const T* x, int rows, int d, const T* gamma, const T* beta, T eps, T* y,
-                       T* mean, T* rstd) {
-  PN_RUN(T, layernorm_forward,
-         cuda::layernorm_forward(x, rows, d, gamma, beta, eps, y, mean, rstd, s), x, rows, d,
-         gamma, beta, eps, y, mean, rstd);
-}
-template <class T>
-void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, const T* gamma,
-                        const uint8_t* mask, int rows, int d, T* dx, T* dgamma, T* dbeta) {
-  PN_RUN(T, layernorm_backward,
-         cuda::layernorm_backward(x, dy, mean, rstd, gamma, mask, rows, d, dx, dgamma, dbeta, s),
-         x, dy, mean, rstd, gamma, mask, rows, d, dx, dgamma, dbeta);
-}
-
-// ---- loss ---------------------------------------------------------------------------------------
-template <class T>
-void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      int ld, T label_smoothing, T grad_scale, double* sums) {
-  PN_RUN(T, softmax_xent_acc,
-         cuda::softmax_xent_acc(logits, target, mask, rows, V, ld, label_smoothing, grad_scale,
-                                sums, s),
-         logits, target, mask, rows, V, ld, label_smoothing, grad_scale, sums);
-}
-template <class T>
-void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
-                           int V, int ld, T label_smoothing, double* sums) {
-  PN_RUN(T, softmax_xent_eval_acc,
-         cuda::softmax_xent_eval_acc(logits, target, mask, rows, V, ld, label_smoothing, sums, s),
-         logits, target, mask, rows, V, ld, label_smoothing, sums);
-}
+// ---- loss and reductions (composite: device-resident sums read back) ----------------------------
 template <class T>
 LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
                       int ld, T label_smoothing, T grad_scale) {
@@ -334,18 +210,6 @@ LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t
   });
   return {s[0], s[1], s[2]};
 }
-
-// ---- optimizer and reductions -------------------------------------------------------------------
-void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                 float beta2, float eps, float weight_decay, int64_t t) {
-  run<float>("adam_update", cpu::adam_update,
-             PN_CUDA(cuda::adam_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t, s)),
-             p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
-}
-template <class T>
-void grad_stats_acc(const T* x, size_t n, double* out) {
-  PN_RUN(T, grad_stats_acc, cuda::grad_stats_acc(x, n, out, s), x, n, out);
-}
 template <class T>
 double sum_squares(const T* x, size_t n) {
   if (current_device() == Device::CPU) return cpu::sum_squares<T>(x, n);
@@ -357,148 +221,9 @@ bool all_finite(const T* x, size_t n) {
   return fetch_sums<2>([&](double* dev) { grad_stats_acc<T>(x, n, dev); })[1] == 0;
 }
 
-// ---- normalization family ---------------------------------------------------------------------
-template <class T>
-void column_stats(const T* x, const uint8_t* mask, int rows, int d, const double* shift,
-                  double* count, double* sum, double* sumsq) {
-  PN_RUN(T, column_stats, cuda::column_stats(x, mask, rows, d, shift, count, sum, sumsq, s), x,
-         mask, rows, d, shift, count, sum, sumsq);
-}
-template <class T>
-void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, const double* shift,
-                double* sum_a, double* sum_ab) {
-  PN_RUN(T, column_dot, cuda::column_dot(a, b, mask, rows, d, shift, sum_a, sum_ab, s), a, b,
-         mask, rows, d, shift, sum_a, sum_ab);
-}
-template <class T>
-void column_affine(const T* x, int rows, int d, const double* shift, const double* scale,
-                   const T* gamma, const T* beta, T* y) {
-  PN_RUN(T, column_affine, cuda::column_affine(x, rows, d, shift, scale, gamma, beta, y, s), x,
-         rows, d, shift, scale, gamma, beta, y);
-}
-template <class T>
-void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
-                          const double* shift, const double* scale, const T* gamma,
-                          const double* a, const double* b, T* dx) {
-  PN_RUN(T, column_norm_backward,
-         cuda::column_norm_backward(x, dy, mask, rows, d, shift, scale, gamma, a, b, dx, s), x,
-         dy, mask, rows, d, shift, scale, gamma, a, b, dx);
-}
-template <class T>
-void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* gamma, T* y,
-                          T* rinv) {
-  PN_RUN(T, rowgroup_rms_forward, cuda::rowgroup_rms_forward(x, rows, d, G, eps, gamma, y, rinv, s),
-         x, rows, d, G, eps, gamma, y, rinv);
-}
-template <class T>
-void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamma,
-                           const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma) {
-  PN_RUN(T, rowgroup_rms_backward,
-         cuda::rowgroup_rms_backward(x, dy, rinv, gamma, mask, rows, d, G, dx, dgamma, s), x, dy,
-         rinv, gamma, mask, rows, d, G, dx, dgamma);
-}
-template <class T>
-void rowgroup_norm_forward(const T* x, int rows, int d, int G, T eps, const T* gamma,
-                           const T* beta, T* y, T* mean, T* rstd) {
-  PN_RUN(T, rowgroup_norm_forward,
-         cuda::rowgroup_norm_forward(x, rows, d, G, eps, gamma, beta, y, mean, rstd, s), x, rows,
-         d, G, eps, gamma, beta, y, mean, rstd);
-}
-template <class T>
-void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rstd,
-                            const T* gamma, const uint8_t* mask, int rows, int d, int G, T* dx,
-                            T* dgamma, T* dbeta) {
-  PN_RUN(T, rowgroup_norm_backward,
-         cuda::rowgroup_norm_backward(x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma,
-                                      dbeta, s),
-         x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma, dbeta);
-}
-
-// ---- per-column state steps -------------------------------------------------------------------
-// Double state on every device: the CUDA twins take float gamma and gradients, the rest doubles.
-void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,
-                  double* running_var, double* mean, double* rstd, double* var_b) {
-  run<float>("batch_absorb", cpu::batch_absorb,
-             PN_CUDA(cuda::batch_absorb(stats, d, eps, alpha, running_mean, running_var, mean,
-                                        rstd, var_b, s)),
-             stats, d, eps, alpha, running_mean, running_var, mean, rstd, var_b);
-}
-template <class T>
-void batch_param_grads(const double* count, const double* sums, int d, const double* rstd,
-                       T* dgamma, T* dbeta) {
-  PN_RUN(T, batch_param_grads, cuda::batch_param_grads(count, sums, d, rstd, dgamma, dbeta, s),
-         count, sums, d, rstd, dgamma, dbeta);
-}
-template <class T>
-void batch_backward_coeffs(const double* count, const double* sums, int d, const T* gamma,
-                           const double* rstd, double* a, double* b) {
-  PN_RUN(T, batch_backward_coeffs,
-         cuda::batch_backward_coeffs(count, sums, d, gamma, rstd, a, b, s), count, sums, d,
-         gamma, rstd, a, b);
-}
-void power_v_absorb(const double* stats, int d, double eps, double alpha, double* running_psi2,
-                    double* inv_s) {
-  run<float>("power_v_absorb", cpu::power_v_absorb,
-             PN_CUDA(cuda::power_v_absorb(stats, d, eps, alpha, running_psi2, inv_s, s)), stats,
-             d, eps, alpha, running_psi2, inv_s);
-}
-void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
-                      const double* running_psi2, double* inv_s) {
-  run<float>("pn_forward_scale", cpu::pn_forward_scale,
-             PN_CUDA(cuda::pn_forward_scale(t, warmup, d, eps, running_psi2, inv_s, s)), t,
-             warmup, d, eps, running_psi2, inv_s);
-}
-void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps,
-               double alpha_fwd, bool authors_rule, double* running_psi2, double* inv_s,
-               double* sum_x2) {
-  run<float>("pn_absorb", cpu::pn_absorb,
-             PN_CUDA(cuda::pn_absorb(stats, t, warmup, d, eps, alpha_fwd, authors_rule,
-                                     running_psi2, inv_s, sum_x2, s)),
-             stats, t, warmup, d, eps, alpha_fwd, authors_rule, running_psi2, inv_s, sum_x2);
-}
-void pn_authors_coeffs(const double* count, const double* sum_x2, const double* nu,
-                       const double* inv_s, int d, double eps, double alpha_bkw, double* inv_s_b,
-                       double* nu_coef) {
-  run<float>("pn_authors_coeffs", cpu::pn_authors_coeffs,
-             PN_CUDA(cuda::pn_authors_coeffs(count, sum_x2, nu, inv_s, d, eps, alpha_bkw, inv_s_b,
-                                             nu_coef, s)),
-             count, sum_x2, nu, inv_s, d, eps, alpha_bkw, inv_s_b, nu_coef);
-}
-template <class T>
-void psi_param_grads(const double* count, const double* sums, int d, const double* inv_s,
-                     const T* gamma, T* dgamma, T* dbeta, double* g_xh) {
-  PN_RUN(T, psi_param_grads,
-         cuda::psi_param_grads(count, sums, d, inv_s, gamma, dgamma, dbeta, g_xh, s), count, sums,
-         d, inv_s, gamma, dgamma, dbeta, g_xh);
-}
-void mean_over_count(const double* count, const double* sums, int d, double* b) {
-  run<float>("mean_over_count", cpu::mean_over_count,
-             PN_CUDA(cuda::mean_over_count(count, sums, d, b, s)), count, sums, d, b);
-}
-void pn_nu_update(const double* count, const double* sum_x2, const double* g_xh,
-                  const double* inv_s, int d, double alpha_bkw, double lambda_coef, double* nu) {
-  run<float>("pn_nu_update", cpu::pn_nu_update,
-             PN_CUDA(cuda::pn_nu_update(count, sum_x2, g_xh, inv_s, d, alpha_bkw, lambda_coef, nu,
-                                        s)),
-             count, sum_x2, g_xh, inv_s, d, alpha_bkw, lambda_coef, nu);
-}
-void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
-  run<float>("inverse_sqrt_eps", cpu::inverse_sqrt_eps,
-             PN_CUDA(cuda::inverse_sqrt_eps(var, d, eps, inv, s)), var, d, eps, inv);
-}
-
 // ---- instantiations -----------------------------------------------------------------------------
-// Every templated operation, from the one list of kernels/instantiate.inc.
-#define PN_INSTANTIATE(T)                                                                        \
-  template void gemm<T>(bool, bool, int, int, int, T, const T*, int, const T*, int, T, T*, int); \
-  PN_ELEMENTWISE_OPS(T)                                                                          \
-  PN_ATTENTION_OPS(T)                                                                            \
-  PN_MHA_OPS(T)                                                                                  \
-  PN_LOSS_OPS(T)                                                                                 \
-  PN_ROWNORM_OPS(T)                                                                              \
-  PN_NORM_OPS(T)                                                                                 \
-  PN_NORM_STATE_OPS(T)
-PN_INSTANTIATE(float)
-PN_INSTANTIATE(double)
+// Every templated operation of kernels/ops.inc, in float and double.
+#define PN_OPS_INSTANTIATE_EVERY_OP
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k

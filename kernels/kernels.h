@@ -1,11 +1,12 @@
 // pntrain kernels: math on raw buffers, no knowledge of layers or models.
 //
-// Every function of kernels/ops.inc, declared here in pn::k, is the single dispatch point for
-// one operation: kernels/dispatch.cpp sends it to the CPU implementation (kernels/cpu/, the
-// reference, also used for double precision), to its CUDA twin (kernels/cuda/, float only) or to
-// the CPU stand-in device (kernels/sim_device.h), by the device of this thread's current
-// Context (kernels/device.h). Layers call these functions and never ask which device they run on;
-// the device lives in the buffers (kernels/buffer.h) and in the context.
+// Every operation of kernels/ops.inc (the one list, with each operation's math), declared here
+// in pn::k, is the single dispatch point for that operation: kernels/dispatch.cpp sends it to the
+// CPU implementation (kernels/cpu/, the reference, also used for double precision), to its CUDA
+// twin (kernels/cuda/, float, and double where the list says so) or to the CPU stand-in device
+// (kernels/sim_device.h), by the device of this thread's current Context (kernels/device.h).
+// Layers call these functions and never ask which device they run on; the device lives in the
+// buffers (kernels/buffer.h) and in the context.
 // Layout: activations are row-major [rows, cols]; a "row" is one token.
 #pragma once
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "kernels/device.h"
+#include "kernels/ops_expand.h"
 
 namespace pn::k {
 
@@ -21,7 +23,9 @@ struct LossSums {
   double loss = 0, nll = 0, ntokens = 0;
 };
 
+#define PN_OP PN_OPS_DECLARE
 #include "kernels/ops.inc"
+#undef PN_OP
 
 // Elements of attention_forward's `saved` and attention_backward's `scratch` on the current
 // context: nseq*H*T*T where the probabilities are materialized, nseq*H*T where fused.

@@ -10,7 +10,6 @@
 
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -77,14 +76,11 @@ void attention_backward(const T* qkv, const T* probs, const T* /*ctx*/, const T*
     }
 }
 
-PN_ATTENTION_OPS(float)
-PN_ATTENTION_OPS(double)
-
 }  // namespace pn::k::cpu
 
 // ---- general multi-head attention: causal and/or key-padding masks, attention dropout,
 // separate query and key/value sources (cross-attention). The math is above mha_forward in
-// kernels.h. Key padding: a padded key never receives probability, so a real query's output
+// kernels/ops.inc. Key padding: a padded key never receives probability, so a real query's output
 // and every gradient reaching a real token are independent of how much padding follows.
 namespace pn::k::cpu {
 
@@ -233,7 +229,9 @@ void log_softmax_rows(T* x, int rows, int cols) {
   }
 }
 
-PN_MHA_OPS(float)
-PN_MHA_OPS(double)
+// The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is
+// this one.
+#define PN_OPS_THIS_FILE_attention PN_OPS_PROBE
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k::cpu

@@ -1,14 +1,18 @@
-// The CPU implementations of every operation of kernels/ops.inc: the reference the CUDA twins
-// are tested against, the fallback, and (through the stand-in device) the math of the wiring
-// tests. Templates instantiated for float (training) and double (gradient checks). Called only
-// by the dispatch in kernels/dispatch.cpp and by tests that compare a device with the CPU.
+// The CPU implementations of every operation of kernels/ops.inc (each defined in the file its
+// entry names, kernels/cpu/<cpu file>.cpp, which also instantiates it): the reference the CUDA
+// twins are tested against, the fallback, and (through the stand-in device) the math of the
+// wiring tests. Templates instantiated for float (training) and double (gradient checks).
+// Called only by the dispatch in kernels/dispatch.cpp and by tests that compare a device with
+// the CPU.
 #pragma once
 #include <string>
 
 #include "kernels/kernels.h"
 
 namespace pn::k::cpu {
+#define PN_OP PN_OPS_DECLARE
 #include "kernels/ops.inc"
+#undef PN_OP
 
 // gemm with --precision bf16 off a GPU: op(A) and op(B) rounded to bf16 (nearest even), their
 // products summed in fp32, as a bf16 dot-product unit and cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF

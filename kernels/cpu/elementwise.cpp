@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -174,7 +173,9 @@ template <class T> bool all_finite(const T* x, size_t n) {
   return !bad;
 }
 
-PN_ELEMENTWISE_OPS(float)
-PN_ELEMENTWISE_OPS(double)
+// The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is
+// this one.
+#define PN_OPS_THIS_FILE_elementwise PN_OPS_PROBE
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k::cpu

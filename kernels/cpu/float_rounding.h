@@ -1,5 +1,6 @@
 // Rounding a float to fewer bits of mantissa, as the tensor-core and bf16 GEMMs read their
-// operands: the CPU's bf16 GEMM and the cuBLAS emulation share it, so both mean the same.
+// operands: the CPU's bf16 GEMM (and the cuBLAS emulation, emulator/cublas.cpp, has the same
+// function), so that both mean the same.
 #pragma once
 #include <cstdint>
 #include <cstring>

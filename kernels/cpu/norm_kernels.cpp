@@ -1,4 +1,4 @@
-// CPU kernels of the normalization family; see kernels/norm_kernels.h for the math.
+// CPU kernels of the normalization family; the math is in kernels/ops.inc.
 //
 // Determinism: every reduction is split into pieces fixed by the data shape alone (blocks of
 // kRowChunk rows, per-row sums over 8 explicit lanes) and the pieces are combined in a fixed
@@ -17,7 +17,6 @@
 //    double; a shift is split into its T rounding plus a double correction folded into the
 //    offset, so large means do not lose precision.
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 
 #include <algorithm>
 #include <cmath>
@@ -523,7 +522,9 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
   }
 }
 
-PN_NORM_OPS(float)
-PN_NORM_OPS(double)
+// The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is
+// this one.
+#define PN_OPS_THIS_FILE_norm_kernels PN_OPS_PROBE
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k::cpu

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -163,7 +162,9 @@ void inverse_sqrt_eps(const double* var, int d, double eps, double* inv) {
   for (int c = 0; c < d; ++c) inv[c] = 1.0 / std::sqrt(var[c] + eps);
 }
 
-PN_NORM_STATE_OPS(float)
-PN_NORM_STATE_OPS(double)
+// The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is
+// this one.
+#define PN_OPS_THIS_FILE_norm_state PN_OPS_PROBE
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k::cpu

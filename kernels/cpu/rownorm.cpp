@@ -5,7 +5,6 @@
 // kernels/cpu/norm_kernels.cpp (row sums over independent double lanes, dgamma/dbeta
 // accumulated in the same pass into fixed row-chunk partials combined in chunk order).
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/instantiate.inc"
 
 namespace pn::k::cpu {
 
@@ -21,7 +20,9 @@ void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, c
   rowgroup_norm_backward<T>(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta);
 }
 
-PN_ROWNORM_OPS(float)
-PN_ROWNORM_OPS(double)
+// The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is
+// this one.
+#define PN_OPS_THIS_FILE_rownorm PN_OPS_PROBE
+#include "kernels/instantiate.inc"
 
 }  // namespace pn::k::cpu

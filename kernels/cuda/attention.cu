@@ -3,7 +3,7 @@
 //   S = Q K^T / sqrt(dh);  P = softmax over j <= i (0 for j > i);  ctx = P V
 // Backward: dP = dctx V^T; dS = P * (dP - rowsum(P * dP)); dQ = dS K / sqrt(dh);
 //           dK = dS^T Q / sqrt(dh); dV = P^T dctx.
-// Layouts as kernels/kernels.h: qkv [nseq*T, 3d] (q | k | v, heads of dh = d/H side by side),
+// Layouts as kernels/ops.inc: qkv [nseq*T, 3d] (q | k | v, heads of dh = d/H side by side),
 // probs and scratch [nseq, H, T, T], ctx [nseq*T, d]. The GEMM of head h over the sequences
 // walks q with stride T*3d and P with stride H*T*T.
 #include <cmath>
@@ -79,8 +79,9 @@ void attention_forward(Blas& b, const float* qkv, int nseq, int T, int d, int he
   }
 }
 
-void attention_backward(Blas& b, const float* qkv, const float* probs, const float* dctx, int nseq,
-                        int T, int d, int heads, float* dqkv, float* scratch) {
+void attention_backward(Blas& b, const float* qkv, const float* probs, const float* /*ctx*/,
+                        const float* dctx, int nseq, int T, int d, int heads, float* dqkv,
+                        float* scratch) {
   if (nseq == 0 || T == 0) return;
   const int dh = d / heads, ld = 3 * d;
   const float scale = 1.0f / std::sqrt(float(dh));
@@ -110,7 +111,7 @@ void attention_backward(Blas& b, const float* qkv, const float* probs, const flo
   }
 }
 
-// ---- general multi-head attention (kernels.h mha_forward / mha_backward / attention_step) ----
+// ---- general multi-head attention (kernels/ops.inc: mha_forward, mha_backward, attention_step)
 // Key j is allowed for query i when (!causal || j <= i) and key_mask[s*tk + j] != 0; a row with
 // no allowed key is all zero. Attention dropout: Pd = P keep / (1-p), written by the softmax
 // kernel beside P. Rows are numbered ((s*H + h)*tq + i), one warp each.

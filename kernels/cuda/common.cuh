@@ -19,7 +19,7 @@ inline unsigned blocks_for(size_t n, int threads = kThreads) {
 #define PN_LAUNCHED() CUDA_CHECK(cudaGetLastError())
 
 // The one launch form, PN_LAUNCH(kernel, grid, block, smem, stream)(args...): nvcc's <<<>>>, or
-// under PN_CUDA_EMULATE the emulator's launch (kernels/cuda/emulate), which runs the same
+// under PN_CUDA_EMULATE the emulator's launch (emulator/), which runs the same
 // kernel on CPU threads. PN_DYNAMIC_SHARED(T, name) declares the block's dynamic shared memory.
 #ifdef PN_CUDA_EMULATE
 #define PN_LAUNCH(kernel, grid, block, smem, stream) \

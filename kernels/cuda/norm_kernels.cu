@@ -1,4 +1,4 @@
-// CUDA kernels of the normalization family; the math is that of kernels/norm_kernels.h.
+// CUDA kernels of the normalization family; the math is in kernels/ops.inc.
 //
 // Column statistics over tokens (batch, power_v, power; bias and parameter gradients too) are
 // one pass over the rows with the two-level reduction of common.cuh: blocks of 32 columns x 256

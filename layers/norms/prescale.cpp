@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "kernels/norm_kernels.h"
+#include "kernels/kernels.h"
 
 namespace pn {
 

@@ -1,6 +1,6 @@
 #include "layers/norms/rms_norm.h"
 
-#include "kernels/norm_kernels.h"
+#include "kernels/kernels.h"
 
 namespace pn {
 

@@ -14,7 +14,7 @@
 #include "comm/communicator.h"
 #include "comm/nccl_comm.h"
 #include "kernels/device.h"
-#include "kernels/norm_kernels.h"
+#include "kernels/kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/lm_fixtures.h"
 #include "trainer/trainer.h"

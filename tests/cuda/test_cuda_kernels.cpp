@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "kernels/kernels.h"
-#include "kernels/norm_kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace pn::test {
@@ -190,8 +189,8 @@ TEST(CudaKernels, AttentionForwardBackward) {
                                  scratch.data());
     DBuf<float> dqkv_in(qkv), ddctx(dctx), dprobs(np), dctxo(nc), ddqkv(nq), dscratch(np);
     cuda::attention_forward(blas, dqkv_in.data(), nseq, T, d, H, dprobs.data(), dctxo.data());
-    cuda::attention_backward(blas, dqkv_in.data(), dprobs.data(), ddctx.data(), nseq, T, d, H,
-                             ddqkv.data(), dscratch.data());
+    cuda::attention_backward(blas, dqkv_in.data(), dprobs.data(), dctxo.data(), ddctx.data(),
+                             nseq, T, d, H, ddqkv.data(), dscratch.data());
     expect_close("attention probs", dprobs.download(), probs, 1e-5, 1e-6);
     expect_close("attention ctx", dctxo.download(), ctx, 1e-4, 1e-5);
     expect_close("attention dqkv", ddqkv.download(), dqkv, 1e-4, 1e-5);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "kernels/norm_kernels.h"
+#include "kernels/kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 #ifdef PN_HAVE_NCCL
 #include "comm/nccl_comm.h"

@@ -5,12 +5,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
-#include "kernels/cpu/float_rounding.h"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -18,7 +18,21 @@ struct cublasContext {
 
 namespace {
 
-using pn::round_mantissa;
+// Round-to-nearest-even of f to `keep` bits of mantissa (bf16: 7, tf32: 10), Inf and NaN kept:
+// how the tensor cores read fp32 operands. The same rounding as kernels/cpu/float_rounding.h
+// (the CPU's bf16 GEMM), written here again so that the emulator, a stand-in for the vendor's
+// libraries, includes nothing of pntrain's kernels; CudaKernels.Bf16GemmIsTheCpusBf16Gemm and
+// the precision tests compare the two.
+float round_mantissa(float f, int keep) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u) return f;
+  const int drop = 23 - keep;
+  u += ((1u << (drop - 1)) - 1) + ((u >> drop) & 1u);
+  u &= ~((1u << drop) - 1);
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // The rows x cols column-major operand at p (leading dimension ld) as packed floats.
 std::vector<float> load(const void* p, cudaDataType_t type, int rows, int cols, int ld,
