@@ -23,10 +23,10 @@ def skip_reason(output):
             msg = next((l for l in lines[i + 1:] if l), "")
             if msg and not msg.startswith("[  SKIPPED ]"):
                 return msg
-    for line in lines:
-        m = re.match(r"(?i)(skipped|skip)\s*:\s*(.+)", line)
-        if m:
-            return m.group(2)
+    for line in lines:  # "skipped: why", "SKIP: why", "...: SKIPPED on every rank: why"
+        m = re.search(r"(?i)\bskip(?:ped)?\b[^:\]]*:\s*(\S.*)", line)
+        if m and not line.startswith("[  SKIPPED ]"):
+            return m.group(1)
     tail = [l for l in lines if l]
     return tail[-1] if tail else "(it printed no reason)"
 
@@ -82,9 +82,13 @@ def main(argv):
     for label, why in not_run:
         print("  %-*s  did not run: %s" % (width, label, why))
     if skipped:
-        print("pn test: skipped on %s (a skipped test is not a passed one):" % cpu_name())
+        print("pn test: %d skipped on %s (a skipped test is not a passed one), by reason:" % (
+            len(skipped), cpu_name()))
+        reasons = {}
         for label, name, why in skipped:
-            print("  %s [%s]: %s" % (name, label, why))
+            reasons.setdefault(why, []).append("%s [%s]" % (name.split("  #")[0], label))
+        for why, names in reasons.items():
+            print("  %s (%d): %s" % (why, len(names), ", ".join(names)))
     else:
         print("pn test: nothing skipped on %s" % cpu_name())
     if failed:
