@@ -7,6 +7,7 @@
 // CPU buffers only). Capacity never shrinks, so after the first update of a fixed shape nothing
 // is allocated; growing is ordered on the stream (no device-wide synchronisation).
 #pragma once
+#include <array>
 #include <cstddef>
 #include <stdexcept>
 #include <utility>
@@ -114,14 +115,25 @@ class Buf {
   Device device_ = Device::CPU;
 };
 
-// Zeroes the three doubles of `sums` on the device, lets add(sums.data()) add loss sums to them
-// and returns them to the host (one synchronisation: the models' host-returning forms).
+// Zeroes N doubles of `scratch` (memory of the current device), lets add(scratch.data()) add
+// sums to them and returns them to the host: one copy back, one wait. The one helper of the
+// host-returning forms (the loss and gradient-statistics kernels', the models'
+// forward_backward and evaluate): they let tests, pnnorm and the GPU comparisons check a result
+// in one call on any device, while the training loop keeps its sums on the device and reads
+// them once per update.
+template <size_t N, class F>
+std::array<double, N> sums_to_host(Buf<double>& scratch, F add) {
+  scratch.assign(N, 0.0);
+  add(scratch.data());
+  const std::vector<double> h = scratch.to_host();
+  std::array<double, N> out{};
+  std::copy(h.begin(), h.begin() + N, out.begin());
+  return out;
+}
 template <class F>
-k::LossSums host_loss_sums(Buf<double>& sums, F add) {
-  sums.assign(3, 0.0);
-  add(sums.data());
-  const std::vector<double> h = sums.to_host();
-  return {h[0], h[1], h[2]};
+k::LossSums host_loss_sums(Buf<double>& scratch, F add) {
+  const auto s = sums_to_host<3>(scratch, add);
+  return {s[0], s[1], s[2]};
 }
 
 // Equal sizes and contents (copies both to the host: for tests and checks, not the hot path).

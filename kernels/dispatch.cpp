@@ -10,6 +10,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/buffer.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/ops_expand.h"
@@ -69,18 +70,11 @@ void run(const char* name, CpuFn cpu_fn, CudaFn cuda_fn, A... args) {
   }
 }
 
-// A host-visible result of a device-resident sum: the sum into a small device buffer, one copy
-// back, one wait (tests and conveniences; the training loop reads its sums once per update).
+// A host-visible result of a device-resident sum (kernels/buffer.h's sums_to_host).
 template <size_t N, class F>
 std::array<double, N> fetch_sums(F accumulate) {
-  double* dev = static_cast<double*>(device_alloc(N * sizeof(double)));
-  device_memset_zero(dev, N * sizeof(double));
-  accumulate(dev);
-  std::array<double, N> host{};
-  copy_to_host(host.data(), dev, sizeof host);
-  device_free(current_device(), dev);
-  synchronize();
-  return host;
+  Buf<double> scratch;
+  return sums_to_host<N>(scratch, accumulate);
 }
 
 }  // namespace
