@@ -302,7 +302,9 @@ class Runner:
         cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
         # Paths as placeholders, so that a clone elsewhere (with the cells committed or copied)
         # recognises its cells.
-        # The config's digest too, so that a cell of an edited config is not taken as done.
+        # The config's digest too, so that a cell of an edited config is not taken as done. It
+        # covers the file's bytes, comments included: editing a preset's config, even a comment,
+        # makes every committed cell of it run afresh (and its directory is cleared first).
         cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args).replace(
             self.a.out, "<out>").replace(ROOT, "<root>").replace(
                 os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>") + \
