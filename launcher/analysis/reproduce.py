@@ -907,6 +907,14 @@ def seed_band(series):
     return out
 
 
+def draw_band(ax, x, band, color, ranged, lw=1.6):
+    """A seed_band's mean as a line and, over several seeds, their range as a band."""
+    ax.plot(x, [b[1] for b in band], color=color, lw=lw)
+    if ranged:
+        ax.fill_between(x, [b[2] for b in band], [b[3] for b in band], color=color, alpha=0.18,
+                        lw=0)
+
+
 def draw_curves(curves, warmup, path, preset):
     """The learning curves of an epoch preset, one colour per norm, the mean over its seeds as
     a line and their range as a band: (a) validation perplexity against epochs from epoch 2,
@@ -937,10 +945,7 @@ def draw_curves(curves, warmup, path, preset):
         if not band:
             continue
         e = [b[0] / pe for b in band]
-        a1.plot(e, [b[1] for b in band], color=colors[label], lw=1.6)
-        if len(by_seed) > 1:
-            a1.fill_between(e, [b[2] for b in band], [b[3] for b in band], color=colors[label],
-                            alpha=0.18, lw=0)
+        draw_band(a1, e, band, colors[label], len(by_seed) > 1)
         lo, hi = min(lo, min(b[2] for b in band)), max(hi, max(b[3] for b in band))
         zoomed.append((e, band, colors[label], len(by_seed) > 1))
     a1.set_xlim(left=start)
@@ -956,10 +961,7 @@ def draw_curves(curves, warmup, path, preset):
             if not keep:
                 continue
             ee, bb = [e[i] for i in keep], [band[i] for i in keep]
-            ins.plot(ee, [b[1] for b in bb], color=color, lw=1.4)
-            if ranged:
-                ins.fill_between(ee, [b[2] for b in bb], [b[3] for b in bb], color=color,
-                                 alpha=0.18, lw=0)
+            draw_band(ins, ee, bb, color, ranged, lw=1.4)
             zlo, zhi = min(zlo, min(b[2] for b in bb)), max(zhi, max(b[3] for b in bb))
         ins.set_xlim(last / 2, last)
         if zhi > zlo:
@@ -988,10 +990,7 @@ def draw_curves(curves, warmup, path, preset):
         if not band:
             continue
         e = [b[0] / pe for b in band]
-        a2.plot(e, [b[1] for b in band], color=colors[label], lw=1.6)
-        if len(series) > 1:
-            a2.fill_between(e, [b[2] for b in band], [b[3] for b in band], color=colors[label],
-                            alpha=0.18, lw=0)
+        draw_band(a2, e, band, colors[label], len(series) > 1)
         late = [b for b in band if b[0] / pe >= start]
         if late:
             gmin, gmax = min(gmin, min(b[2] for b in late)), max(gmax, max(b[3] for b in late))
