@@ -41,10 +41,10 @@ const GemmShape kShapes[] = {
 };
 
 // The oneDNN matmul the fast path calls: the CPU's own where it has bf16 instructions; elsewhere
-// oneDNN's implementation for this CPU, its reference loop included (PN_BF16_MATMUL_ANY_IMPL), so
+// oneDNN's implementation for this CPU, its reference loop included (allow_any_bf16_matmul), so
 // that the call is checked on every machine. False only in a build without oneDNN.
 bool use_any_bf16_matmul() {
-  if (!k::cpu::bf16_matmul_available()) setenv("PN_BF16_MATMUL_ANY_IMPL", "1", 1);
+  if (!k::cpu::bf16_matmul_available()) k::cpu::allow_any_bf16_matmul();
   return k::cpu::bf16_matmul_available();
 }
 

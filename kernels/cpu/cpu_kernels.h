@@ -28,6 +28,9 @@ void gemm_bf16_matmul(bool trans_a, bool trans_b, int M, int N, int K, float alp
                       int lda, const float* B, int ldb, float beta, float* C, int ldc);
 // True, checked once, where the CPU has AVX512_BF16 and oneDNN makes a bf16 matmul on it.
 bool bf16_matmul_available();
+// Lets bf16_matmul_available() take oneDNN's matmul where only its reference loop exists (slow:
+// for the tests, which check the oneDNN call on CPUs without bf16 instructions).
+void allow_any_bf16_matmul();
 // Which of the two computes --precision bf16 here, and why, for the device's summary line.
 std::string bf16_matmul_description();
 }  // namespace pn::k::cpu

@@ -6,6 +6,7 @@
 // Creating a primitive costs far more than a small GEMM, and a run repeats a few dozen shapes
 // every micro-step, so each shape's primitive is made once and kept.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -69,13 +70,12 @@ dnnl::memory::desc operand(int rows, int cols, int ld, bool trans, dt type) {
   return dnnl::memory::desc({rows, cols}, type, strides);
 }
 
-// PN_BF16_MATMUL_ANY_IMPL=1 takes oneDNN's matmul on any CPU, its reference loop included: the
+// Set by allow_any_bf16_matmul(): oneDNN's matmul on any CPU, its reference loop included. The
 // tests set it where the CPU lacks bf16 instructions, so that the call into oneDNN (packing,
 // strides, alpha, beta, C's staging) is checked on every machine, not only on those with them.
-bool any_implementation() {
-  const char* v = std::getenv("PN_BF16_MATMUL_ANY_IMPL");
-  return v && std::string(v) == "1";
-}
+// An atomic flag, not the environment: bf16_matmul_available() is asked on every GEMM call.
+std::atomic<bool> any_impl{false};
+bool any_implementation() { return any_impl.load(std::memory_order_relaxed); }
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
@@ -163,6 +163,8 @@ const Matmul* probe() {
 
 bool bf16_matmul_available() { return probe() != nullptr; }
 
+void allow_any_bf16_matmul() { any_impl = true; }
+
 std::string bf16_matmul_description() {
   if (!cpu_has("avx512_bf16") && !(any_implementation() && probe()))
     return kEmulated + "; no avx512_bf16 flag for " + cpu_model_name() +
@@ -215,6 +217,8 @@ void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const 
 #else  // built without oneDNN: bf16 is always the emulated path
 
 bool bf16_matmul_available() { return false; }
+
+void allow_any_bf16_matmul() {}
 
 std::string bf16_matmul_description() {
   return kEmulated + "; built without oneDNN (Debian's libdnnl-dev)";
