@@ -24,6 +24,29 @@ target_compile_options(pn_kernels PRIVATE
 target_link_libraries(pn_kernels PUBLIC CUDA::cublasLt)
 message(STATUS "pntrain CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")
 
+# cuDNN's fused attention (kernels/cuda/cudnn_sdpa.cpp) through the cuDNN frontend's headers
+# (header-only; `launcher/pn cudnn-frontend` puts PyPI's copy in .deps/cudnn-frontend, and
+# CUDNN_FRONTEND_ROOT names another) and cudnn.h; cuDNN itself is opened at run time, so
+# nothing here links it. Without the headers the file builds as "unsupported" and the
+# attention runs on the project's flash kernels.
+target_sources(pn_kernels PRIVATE ${CMAKE_SOURCE_DIR}/kernels/cuda/cudnn_sdpa.cpp)
+find_path(CUDNN_FRONTEND_INCLUDE_DIR NAMES cudnn_frontend.h
+  HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT} ${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend
+  PATH_SUFFIXES include NO_DEFAULT_PATH)
+find_path(CUDNN_INCLUDE_DIR NAMES cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{CUDNN_ROOT}
+  PATH_SUFFIXES include)
+set(PN_HAVE_CUDNN_FRONTEND OFF)
+if(CUDNN_FRONTEND_INCLUDE_DIR AND CUDNN_INCLUDE_DIR)
+  set(PN_HAVE_CUDNN_FRONTEND ON)
+  set_source_files_properties(${CMAKE_SOURCE_DIR}/kernels/cuda/cudnn_sdpa.cpp PROPERTIES
+    INCLUDE_DIRECTORIES "${CUDNN_FRONTEND_INCLUDE_DIR};${CUDNN_INCLUDE_DIR}"
+    COMPILE_DEFINITIONS
+      "PN_HAVE_CUDNN_FRONTEND=1;NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING;CUDNN_FRONTEND_SKIP_JSON_LIB"
+    COMPILE_OPTIONS "-Wno-unused-function;-Wno-missing-field-initializers")
+  target_link_libraries(pn_kernels PUBLIC ${CMAKE_DL_LIBS})
+endif()
+message(STATUS "pntrain cuDNN attention: ${PN_HAVE_CUDNN_FRONTEND} (frontend ${CUDNN_FRONTEND_INCLUDE_DIR})")
+
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h
   HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 find_library(NCCL_LIBRARY NAMES nccl

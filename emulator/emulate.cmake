@@ -12,9 +12,12 @@ if(PN_CUDA_EMULATE_SANITIZE)
 endif()
 
 add_library(pn_cuda_emulate ${PN_EMULATE_DIR}/runtime.cpp ${PN_EMULATE_DIR}/blocks.cpp
-                            ${PN_EMULATE_DIR}/cublas.cpp ${PN_EMULATE_DIR}/nccl.cpp)
-# The emulation's headers stand in for cuda_runtime.h, cublas_v2.h, cuda_bf16.h, nccl.h and CUB's.
-target_include_directories(pn_cuda_emulate PUBLIC ${PN_EMULATE_DIR} PRIVATE ${OPENBLAS_INCLUDE})
+                            ${PN_EMULATE_DIR}/cublas.cpp ${PN_EMULATE_DIR}/nccl.cpp
+                            ${PN_EMULATE_DIR}/cudnn_sdpa.cpp)
+# The emulation's headers stand in for cuda_runtime.h, cublas_v2.h, cuda_bf16.h, nccl.h and CUB's;
+# cudnn_sdpa.cpp for cuDNN's attention (kernels/cuda/cudnn_sdpa.h).
+target_include_directories(pn_cuda_emulate PUBLIC ${PN_EMULATE_DIR}
+                           PRIVATE ${OPENBLAS_INCLUDE} ${CMAKE_SOURCE_DIR})
 target_compile_definitions(pn_cuda_emulate PUBLIC PN_CUDA_EMULATE=1)
 target_link_libraries(pn_cuda_emulate PUBLIC Threads::Threads PRIVATE ${OPENBLAS_LIB})
 

@@ -48,6 +48,15 @@ const char* gemm_math_name(GemmMath m) {
   return m == GemmMath::tf32 ? "tf32" : m == GemmMath::bf16 ? "bf16" : "fp32";
 }
 
+Attention parse_attention(const std::string& name) {
+  if (name == "fused") return Attention::fused;
+  if (name == "cudnn") return Attention::cudnn;
+  if (name == "flash") return Attention::flash;
+  if (name == "materialized") return Attention::materialized;
+  throw std::invalid_argument("--attention '" + name +
+                              "': choose fused, cudnn, flash or materialized");
+}
+
 DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)
     : previous_(current_context()) {
   if (math == GemmMath::tf32 && device != Device::CUDA)  // e.g. --device auto landed on the CPU

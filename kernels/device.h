@@ -25,15 +25,20 @@ enum class GemmMath { fp32, tf32, bf16 };
 GemmMath parse_gemm_math(const std::string& precision);  // "fp32", "tf32", "bf16"
 const char* gemm_math_name(GemmMath m);
 
+// --attention: the language model's causal attention on a GPU whose GEMMs compute in bf16.
+// fused: cuDNN's fused SDPA where cuDNN runs the shape (kernels/cuda/cudnn_attention.cu), else
+// the hand-written flash kernels (kernels/cuda/flash_attention.cu); cudnn, flash: that one only
+// (an error where it cannot run); materialized: the T x T probabilities, as everywhere else.
+enum class Attention { fused, cudnn, flash, materialized };
+Attention parse_attention(const std::string& name);  // "fused", "cudnn", "flash", "materialized"
+
 struct Context {
   Device device = Device::CPU;
   int cuda_device = -1;    // CUDA: the GPU's index
   void* stream = nullptr;  // CUDA: cudaStream_t the kernels are queued on
   void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
   GemmMath gemm_math = GemmMath::fp32;  // what the float GEMMs compute in
-  // --attention fused: the causal attention fused on a GPU's tensor cores where the GEMMs
-  // compute in bf16 (kernels/cuda/flash_attention.cu); materialized: T x T probabilities always.
-  bool fused_attention = true;
+  Attention attention = Attention::fused;  // --attention (above)
 };
 
 // This thread's current context.

@@ -5,7 +5,9 @@
 // the gradient checks). Every operation's dispatch is expanded from its entry in the list, except
 // those marked cublas_by_hand or composite there, which are written below.
 #include <array>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -143,44 +145,91 @@ void copy(const T* x, size_t n, T* y) {
 
 // ---- attention (cublas_by_hand) -----------------------------------------------------------------
 namespace {
-// On a GPU whose GEMMs compute in bf16, the causal attention runs fused (kernels/cuda/
-// flash_attention.cu: no T x T matrices in memory), unless --attention materialized.
-bool fused_attention(int d, int heads) {
+// Which kernels run the causal attention: on a GPU whose GEMMs compute in bf16, fused (no T x T
+// matrices in memory) on cuDNN's SDPA or on the project's flash kernels as --attention says
+// (kernels/device.h); materialized everywhere else.
+enum class AttentionPath { materialized, flash, cudnn };
+#ifdef PN_HAVE_CUDA
+// The first fused choice of a process, on stderr: which library ran the attention, and why
+// not cuDNN where it did not.
+void say_once(const std::string& line) {
+  static std::once_flag said;
+  std::call_once(said, [&] { std::fprintf(stderr, "pntrain: attention: %s\n", line.c_str()); });
+}
+#endif
+AttentionPath attention_path(int nseq, int seq_len, int d, int heads) {
 #ifdef PN_HAVE_CUDA
   const Context& c = current_context();
-  return c.device == Device::CUDA && c.gemm_math == GemmMath::bf16 && c.fused_attention &&
-         cuda::flash_attention_supported(d, heads);
+  if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 ||
+      c.attention == Attention::materialized)
+    return AttentionPath::materialized;
+  std::string why = "--attention flash";
+  if (c.attention != Attention::flash) {
+    why = cuda::cudnn_attention_unsupported(nseq, seq_len, d, heads);
+    if (why.empty()) {
+      say_once("cuDNN's fused SDPA (" + cuda::sdpa_description() + ")");
+      return AttentionPath::cudnn;
+    }
+    if (c.attention == Attention::cudnn) throw std::runtime_error("--attention cudnn: " + why);
+  }
+  if (cuda::flash_attention_supported(d, heads)) {
+    say_once("the project's flash kernels (not cuDNN: " + why + ")");
+    return AttentionPath::flash;
+  }
+  if (c.attention == Attention::flash)
+    throw std::runtime_error("--attention flash: head size " + std::to_string(d / heads) +
+                             " (the flash kernels take 32, 64 and 128)");
 #else
-  (void)d, (void)heads;
-  return false;
+  (void)nseq, (void)seq_len, (void)d, (void)heads;
 #endif
+  return AttentionPath::materialized;
 }
 }  // namespace
 
 size_t attention_saved_size(int nseq, int seq_len, int d, int heads) {
   const size_t rows = size_t(nseq) * heads * seq_len;
-  return fused_attention(d, heads) ? rows : rows * seq_len;
+  switch (attention_path(nseq, seq_len, d, heads)) {
+#ifdef PN_HAVE_CUDA
+    case AttentionPath::cudnn:
+      return cuda::cudnn_attention_saved_size(nseq, seq_len, d, heads);
+#endif
+    case AttentionPath::flash:
+      return rows;
+    default:
+      return rows * seq_len;
+  }
 }
 
 template <class T>
-void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* probs, T* ctx) {
+void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* saved, T* ctx) {
 #ifdef PN_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (fused_attention(d, heads))
-      return cuda::flash_attention_forward(qkv, nseq, seq_len, d, heads, probs, ctx, stream());
+  if constexpr (std::is_same_v<T, float>) switch (attention_path(nseq, seq_len, d, heads)) {
+      case AttentionPath::cudnn:
+        return cuda::cudnn_attention_forward(qkv, nseq, seq_len, d, heads, saved, ctx, stream());
+      case AttentionPath::flash:
+        return cuda::flash_attention_forward(qkv, nseq, seq_len, d, heads, saved, ctx, stream());
+      default:
+        break;
+    }
 #endif
-  generic::attention_forward<T>(qkv, nseq, seq_len, d, heads, probs, ctx);
+  generic::attention_forward<T>(qkv, nseq, seq_len, d, heads, saved, ctx);
 }
 template <class T>
-void attention_backward(const T* qkv, const T* probs, const T* ctx, const T* dctx, int nseq,
+void attention_backward(const T* qkv, const T* saved, const T* ctx, const T* dctx, int nseq,
                         int seq_len, int d, int heads, T* dqkv, T* scratch) {
 #ifdef PN_HAVE_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (fused_attention(d, heads))
-      return cuda::flash_attention_backward(qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv,
-                                            scratch, stream());
+  if constexpr (std::is_same_v<T, float>) switch (attention_path(nseq, seq_len, d, heads)) {
+      case AttentionPath::cudnn:
+        return cuda::cudnn_attention_backward(saved, dctx, nseq, seq_len, d, heads, dqkv, scratch,
+                                              stream());
+      case AttentionPath::flash:
+        return cuda::flash_attention_backward(qkv, saved, ctx, dctx, nseq, seq_len, d, heads,
+                                              dqkv, scratch, stream());
+      default:
+        break;
+    }
 #endif
-  generic::attention_backward<T>(qkv, probs, ctx, dctx, nseq, seq_len, d, heads, dqkv, scratch);
+  generic::attention_backward<T>(qkv, saved, ctx, dctx, nseq, seq_len, d, heads, dqkv, scratch);
 }
 
 // ---- loss and reductions (composite: device-resident sums read back) ----------------------------

@@ -350,28 +350,35 @@ TEST(Devices, CudaBf16AndTf32TrackFp32) {
   }
 }
 
-// --attention fused (the default) against materialized on a GPU with bf16 GEMMs: a small LM
-// whose heads the fused kernels take (d 64, 2 heads of 32) trains to the same loss within 2%
-// over 20 updates of 256 tokens, and the losses differ somewhere (the fused kernels ran).
+// --attention flash and cudnn against materialized on a GPU with bf16 GEMMs: a small LM whose
+// heads both fused kernels take (d 64, 2 heads of 32) trains to the same loss within 2% over 20
+// updates of 256 tokens, and the losses differ somewhere (the fused kernels ran).
 TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
   PN_REQUIRE_DEVICE(Device::CUDA);
   Options o = test::small_lm();
   o.decoder_embed_dim = 64, o.decoder_attention_heads = 2, o.max_update = 20, o.max_tokens = 256;
-  std::vector<double> losses[2];
-  for (int fused = 0; fused < 2; ++fused) {
+  // What each path keeps for the backward of one 16-token sequence (d 64, 2 heads): the
+  // probabilities (2 x 16 x 16), the log-sum-exps (2 x 16), or those and bf16 qkv and ctx.
+  const Attention paths[3] = {Attention::materialized, Attention::flash, Attention::cudnn};
+  const size_t saved[3] = {512, 32, 32 + 16 * 192 / 2 + 16 * 64 / 2};
+  std::vector<double> losses[3];
+  for (int p = 0; p < 3; ++p) {
     DeviceScope scope(Device::CUDA, 0, GemmMath::bf16);
-    current_context().fused_attention = fused == 1;
-    ASSERT_EQ(k::attention_saved_size(1, 16, 64, 2), fused ? 32u : 512u);
+    current_context().attention = paths[p];
+    ASSERT_EQ(k::attention_saved_size(1, 16, 64, 2), saved[p]);
     auto comm = make_single_communicator();
     Trainer t(o, *comm, test::builtin());
-    losses[fused] = t.train().losses;
-    ASSERT_EQ(losses[fused].size(), 20u);
+    losses[p] = t.train().losses;
+    ASSERT_EQ(losses[p].size(), 20u);
   }
-  double tail[2] = {0, 0};
-  for (int f = 0; f < 2; ++f)
-    for (size_t i = 15; i < 20; ++i) tail[f] += losses[f][i] / 5;
-  EXPECT_NEAR(tail[1], tail[0], 0.02 * tail[0]);
-  EXPECT_NE(losses[1], losses[0]) << "the fused attention did not run";
+  double tail[3] = {0, 0, 0};
+  for (int p = 0; p < 3; ++p)
+    for (size_t i = 15; i < 20; ++i) tail[p] += losses[p][i] / 5;
+  for (int p = 1; p < 3; ++p) {
+    SCOPED_TRACE(p == 1 ? "flash" : "cuDNN");
+    EXPECT_NEAR(tail[p], tail[0], 0.02 * tail[0]);
+    EXPECT_NE(losses[p], losses[0]) << "the fused attention did not run";
+  }
 }
 
 TEST(Devices, Tf32NeedsAGpuAndBf16RunsEverywhere) {

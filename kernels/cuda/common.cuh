@@ -48,7 +48,8 @@ enum ScratchSlot {
   kSlotSort = 4,  // embedding_backward: sorted (token, row) pairs and CUB's temporary storage
   kSlotBf16A = 5,  // gemm in bf16: its operands rounded to bf16
   kSlotBf16B = 6,
-  kSlotCount = 7
+  kSlotCudnn = 7,  // cuDNN's attention: the workspace its plan asks for
+  kSlotCount = 8
 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }

@@ -27,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/kernels.h"
 #include "kernels/ops_expand.h"
@@ -94,6 +95,17 @@ void flash_attention_forward(const float* qkv, int nseq, int seq_len, int d, int
 void flash_attention_backward(const float* qkv, const float* lse, const float* ctx,
                               const float* dctx, int nseq, int seq_len, int d, int heads,
                               float* dqkv, float* dsum, cudaStream_t s);
+
+// The same attention on cuDNN's fused SDPA (cudnn_attention.cu, through cudnn_sdpa.h): "" when
+// cuDNN runs this shape here, else why not. saved and scratch: cudnn_attention_saved_size()
+// floats; the backward reads qkv and ctx from `saved` (their bf16 copies).
+std::string cudnn_attention_unsupported(int nseq, int seq_len, int d, int heads);
+size_t cudnn_attention_saved_size(int nseq, int seq_len, int d, int heads);
+std::string sdpa_description();  // the cuDNN in use (cudnn_sdpa.h)
+void cudnn_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
+                             float* saved, float* ctx, cudaStream_t s);
+void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, int seq_len, int d,
+                              int heads, float* dqkv, float* scratch, cudaStream_t s);
 
 // ---- loss and reductions with the result on the device (_host variants synchronise) ---------
 // As k::softmax_xent; the sums (loss, nll, ntokens) are written to sums[0..2] on the device

@@ -32,8 +32,9 @@
 #                   (profile_kernels.txt, largest first)
 #   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
 #                   on the CPU
-#   vs_pytorch      [what is left] pntrain in fp32, bf16 (fused attention) and bf16 with
-#                   --attention materialized against PyTorch on the GPU (eager
+#   vs_pytorch      [what is left] pntrain in bf16 (cuDNN's attention), bf16 with --attention
+#                   flash (the project's kernels), fp32 and bf16 with --attention materialized
+#                   against PyTorch on the GPU (eager
 #                   and torch.compile, fp32 and bf16 autocast; bench/vs_pytorch/compare.py),
 #                   config by config in --compare's order: tokens/s, peak GPU memory, MFU
 #   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`
@@ -251,7 +252,7 @@ PY
         [ $left -gt 30 ] || { echo "(not run: the budget is spent)"; continue; }
         python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
           --configs "$ROOT/configs/$config.ini" --data "$B/$corpus" --norms "$norms" \
-          --pntrain-precisions fp32,bf16,bf16-materialized --budget-s $left \
+          --pntrain-precisions bf16,bf16-flash,fp32,bf16-materialized --budget-s $left \
           --out "$OUT/vs_pytorch_$config" || exit 1
       done'
     [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"

@@ -215,7 +215,7 @@ int main(int argc, char** argv) {
     if (device == pn::Device::CUDA) comm = pn::make_device_communicator(std::move(comm));
     scope = std::make_unique<pn::DeviceScope>(device, comm->local_rank(),
                                               pn::parse_gemm_math(opt.precision));
-    pn::current_context().fused_attention = opt.attention == "fused";
+    pn::current_context().attention = pn::parse_attention(opt.attention);
     if (comm->rank() == 0) LOG(INFO) << "device: " << pn::device_summary();
   } catch (const std::exception& e) {
     error = e.what();

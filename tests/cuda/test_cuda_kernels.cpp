@@ -245,12 +245,67 @@ TEST(CudaKernels, FlashAttentionIsTheCpusAttention) {
   }
   {
     DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
+    current_context().attention = Attention::flash;
     EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40));
-    current_context().fused_attention = false;
+    current_context().attention = Attention::materialized;
     EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
   }
   DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);
   EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
+}
+
+// cuDNN's fused attention (kernels/cuda/cudnn_attention.cu; on the emulation its stand-in,
+// emulator/cudnn_sdpa.cpp) against the CPU's attention in double on the same bf16-rounded qkv
+// and dctx, over short, odd and long sequences and head sizes 32, 64 and 128; two backward runs
+// agree to the bit (cuDNN's deterministic backward). And the dispatch: --attention fused takes
+// cuDNN wherever it runs the shape, and a head size cuDNN refuses (12) goes to the materialized
+// attention under fused but is an error under --attention cudnn.
+TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
+  PN_REQUIRE_GPU();
+  struct Case {
+    int T, d, H;
+  };
+  for (const Case& c : {Case{1, 64, 2}, Case{37, 64, 2}, Case{64, 128, 1}, Case{150, 96, 3}}) {
+    SCOPED_TRACE("T " + std::to_string(c.T) + " head size " + std::to_string(c.d / c.H));
+    const int nseq = 2, T = c.T, d = c.d, H = c.H;
+    const std::string why = cuda::cudnn_attention_unsupported(nseq, T, d, H);
+    ASSERT_EQ(why, "");
+    const size_t nq = size_t(nseq) * T * 3 * d, nc = size_t(nseq) * T * d;
+    const size_t np = size_t(nseq) * H * T * T, nsaved = cuda::cudnn_attention_saved_size(nseq, T, d, H);
+    auto round_bf16 = [](std::vector<float> v) {
+      for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
+      return v;
+    };
+    const auto qkv = round_bf16(randf(nq, 41)), dctx = round_bf16(randf(nc, 42));
+    std::vector<double> qkv64(qkv.begin(), qkv.end()), dctx64(dctx.begin(), dctx.end());
+    std::vector<double> probs(np), ctx(nc), dqkv(nq), scratch(np);
+    k::attention_forward<double>(qkv64.data(), nseq, T, d, H, probs.data(), ctx.data());
+    k::attention_backward<double>(qkv64.data(), probs.data(), ctx.data(), dctx64.data(), nseq, T,
+                                  d, H, dqkv.data(), scratch.data());
+    DBuf<float> dq(qkv), ddctx(dctx), saved(nsaved), dctxo(nc), ddqkv(nq), dscratch(nsaved),
+        ddqkv2(nq);
+    cuda::cudnn_attention_forward(dq.data(), nseq, T, d, H, saved.data(), dctxo.data(), kStream);
+    cuda::cudnn_attention_backward(saved.data(), ddctx.data(), nseq, T, d, H, ddqkv.data(),
+                                   dscratch.data(), kStream);
+    cuda::cudnn_attention_backward(saved.data(), ddctx.data(), nseq, T, d, H, ddqkv2.data(),
+                                   dscratch.data(), kStream);
+    const std::vector<float> got_ctx = dctxo.download(), got_dqkv = ddqkv.download();
+    expect_equal("cuDNN dqkv, two runs", ddqkv2.download(), got_dqkv);
+    auto largest = [](const std::vector<double>& v) {
+      double m = 0;
+      for (double x : v) m = std::max(m, std::fabs(x));
+      return m;
+    };
+    // bf16 outputs (ctx and dqkv rounded once: 2^-9 relative) on top of cuDNN's bf16 P and dS.
+    expect_close("cuDNN ctx", got_ctx, ctx, 0, 4e-3 * largest(ctx));
+    expect_close("cuDNN dqkv", got_dqkv, dqkv, 0, 8e-3 * largest(dqkv));
+  }
+  DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
+  EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), cuda::cudnn_attention_saved_size(3, 40, 64, 2));
+  EXPECT_NE(cuda::cudnn_attention_unsupported(3, 40, 24, 2), "");  // head size 12
+  EXPECT_EQ(k::attention_saved_size(3, 40, 24, 2), size_t(3 * 2 * 40 * 40));
+  current_context().attention = Attention::cudnn;
+  EXPECT_THROW(k::attention_saved_size(3, 40, 24, 2), std::runtime_error);
 }
 
 // mha_forward/mha_backward: fused-qkv self-attention (causal, key padding, attention dropout)

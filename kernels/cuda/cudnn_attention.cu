@@ -1,0 +1,77 @@
+// The causal attention of --precision bf16 on a GPU through cuDNN's fused SDPA (the library
+// boundary is kernels/cuda/cudnn_sdpa.h): the fp32 activations in, rounded to bf16 once, and
+// out again, so the layers see the same buffers as on every other path.
+//   forward:  qkv16 = bf16(qkv); o16, lse = sdpa(qkv16); ctx = float(o16)
+//   backward: dout16 = bf16(dctx); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
+//             dqkv = float(dqkv16)
+// `saved` keeps lse, qkv16 and o16 for the backward (the backward converts only dctx); the
+// backward's `scratch` holds dout16 and dqkv16. Both are attention_saved_size() floats.
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/cudnn_sdpa.h"
+
+namespace pn::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// The regions of `saved`, in floats from its start; bf16 regions 16-byte aligned.
+struct SavedLayout {
+  size_t lse = 0, qkv16 = 0, o16 = 0, end = 0;
+};
+SavedLayout saved_layout(int nseq, int T, int d, int heads) {
+  const size_t rows = size_t(nseq) * T;
+  SavedLayout l;
+  l.qkv16 = (size_t(nseq) * heads * T + 3) / 4 * 4;
+  l.o16 = l.qkv16 + (rows * 3 * d + 1) / 2;  // two bf16 per float
+  l.o16 = (l.o16 + 3) / 4 * 4;
+  l.end = l.o16 + (rows * d + 1) / 2;
+  return l;
+}
+SdpaShape shape_of(int nseq, int T, int d, int heads) { return {nseq, heads, T, d / heads}; }
+
+}  // namespace
+
+std::string cudnn_attention_unsupported(int nseq, int T, int d, int heads) {
+  if (heads <= 0 || d % heads) return "the model size is not a multiple of the heads";
+  return sdpa_unsupported(shape_of(nseq, T, d, heads));
+}
+
+size_t cudnn_attention_saved_size(int nseq, int T, int d, int heads) {
+  // The backward's scratch (dout16 and dqkv16: 4d bf16 a row) fits in the same size.
+  return saved_layout(nseq, T, d, heads).end;
+}
+
+void cudnn_attention_forward(const float* qkv, int nseq, int T, int d, int heads, float* saved,
+                             float* ctx, cudaStream_t s) {
+  if (nseq == 0 || T == 0) return;
+  const size_t rows = size_t(nseq) * T;
+  const SavedLayout l = saved_layout(nseq, T, d, heads);
+  const SdpaShape shape = shape_of(nseq, T, d, heads);
+  auto* qkv16 = reinterpret_cast<bf16*>(saved + l.qkv16);
+  auto* o16 = reinterpret_cast<bf16*>(saved + l.o16);
+  to_bf16(qkv, rows * 3 * d, qkv16, s);
+  void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
+  sdpa_forward(shape, qkv16, o16, saved + l.lse, workspace, s);
+  from_bf16(o16, rows * d, ctx, s);
+}
+
+void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, int T, int d,
+                              int heads, float* dqkv, float* scratch, cudaStream_t s) {
+  if (nseq == 0 || T == 0) return;
+  const size_t rows = size_t(nseq) * T;
+  const SavedLayout l = saved_layout(nseq, T, d, heads);
+  const SdpaShape shape = shape_of(nseq, T, d, heads);
+  auto* dout16 = reinterpret_cast<bf16*>(scratch);
+  auto* dqkv16 = reinterpret_cast<bf16*>(scratch + (rows * d + 7) / 8 * 4);  // 16-byte aligned
+  to_bf16(dctx, rows * d, dout16, s);
+  void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
+  sdpa_backward(shape, reinterpret_cast<const bf16*>(saved + l.qkv16),
+                reinterpret_cast<const bf16*>(saved + l.o16), dout16, saved + l.lse, dqkv16,
+                workspace, s);
+  from_bf16(dqkv16, rows * 3 * d, dqkv, s);
+}
+
+}  // namespace pn::cuda
