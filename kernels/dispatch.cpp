@@ -134,6 +134,22 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
   generic::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+Bf16Weights::Bf16Weights(const float* w, size_t n) {
+#ifdef PN_HAVE_CUDA
+  const Context& c = current_context();
+  if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 || !c.blas) return;
+  blas_ = c.blas;
+  cuda::set_bf16_weights(*static_cast<cuda::Blas*>(blas_), w, n);
+#else
+  (void)w, (void)n;
+#endif
+}
+Bf16Weights::~Bf16Weights() {
+#ifdef PN_HAVE_CUDA
+  if (blas_) cuda::set_bf16_weights(*static_cast<cuda::Blas*>(blas_), nullptr, 0);
+#endif
+}
+
 std::string cpu_bf16_gemm_path() { return cpu::bf16_matmul_description(); }
 
 // ---- copy (composite) ---------------------------------------------------------------------------

@@ -31,6 +31,22 @@ struct LossSums {
 // context: nseq*H*T*T where the probabilities are materialized, nseq*H*T where fused.
 size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
 
+// For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside the
+// weights [w, w + n) from one bf16 copy made here, instead of rounding them at every call; on
+// every other context (and for double) nothing happens. The weights must not change meanwhile:
+// the models hold one over a forward and its backward.
+class Bf16Weights {
+ public:
+  Bf16Weights(const float* w, size_t n);
+  Bf16Weights(const double*, size_t) {}
+  ~Bf16Weights();
+  Bf16Weights(const Bf16Weights&) = delete;
+  Bf16Weights& operator=(const Bf16Weights&) = delete;
+
+ private:
+  void* blas_ = nullptr;  // the context's cuda::Blas where a copy was made
+};
+
 // How the float GEMMs of --precision bf16 run off a GPU, in words for device_summary(): on the
 // CPU's bf16 instructions (oneDNN's matmul and its kernel) or as bf16's numerics on fp32 sgemm,
 // and why.

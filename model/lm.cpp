@@ -85,6 +85,7 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
                                         double* loss_sums, const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
+  const k::Bf16Weights weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
   forward(batch, true, dropout_seed);
   const auto t1 = clock::now();
   const int rows = batch.rows(), d = config.dim;
@@ -128,6 +129,7 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
 
 template <class T>
 void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
+  const k::Bf16Weights weights16(params.data.data(), params.data.size());
   forward(batch, false, 0);
   k::softmax_xent_eval_acc<T>(logits.data(), targets.data(), mask.data(), batch.rows(),
                               config.vocab, embed.logits_ld(), T(config.label_smoothing),

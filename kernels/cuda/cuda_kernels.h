@@ -44,6 +44,13 @@ struct Blas {
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   GemmMath math = GemmMath::fp32;  // what the float GEMMs compute in (kernels/device.h)
+  // bf16 math: the weights' bf16 copy (set_bf16_weights), which an operand inside
+  // [weights, weights + weights_n) is read from instead of being rounded again.
+  const float* weights = nullptr;
+  size_t weights_n = 0;
+  __nv_bfloat16* weights16 = nullptr;
+  size_t weights16_capacity = 0;
+  size_t weights16_reads = 0;  // operands served from the copy (the tests count them)
   explicit Blas(cudaStream_t s, GemmMath m = GemmMath::fp32);
   ~Blas();
   Blas(const Blas&) = delete;
@@ -80,6 +87,9 @@ void gemm_bf16(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float a
                const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float beta,
                float* C, int ldc);
 void to_bf16(const float* x, size_t n, __nv_bfloat16* y, cudaStream_t s);
+// Rounds w[0..n) to bf16 once into b's copy, which gemm then reads for operands inside it (one
+// conversion of the weights per forward instead of one per GEMM call); w = nullptr forgets it.
+void set_bf16_weights(Blas& b, const float* w, size_t n);
 void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 
 // y = x, device to device (k::copy takes copy_on_device instead).

@@ -79,7 +79,20 @@ Blas::Blas(cudaStream_t s, GemmMath m) : stream(s), math(m) {
   CUBLAS_CHECK(cublasSetStream(handle, s));
 }
 Blas::~Blas() {
+  if (weights16) cudaFreeAsync(weights16, stream);
   if (handle) cublasDestroy(handle);
+}
+
+void set_bf16_weights(Blas& b, const float* w, size_t n) {
+  b.weights = w, b.weights_n = w ? n : 0;
+  if (!w || n == 0) return;
+  if (n > b.weights16_capacity) {
+    if (b.weights16) CUDA_CHECK(cudaFreeAsync(b.weights16, b.stream));
+    b.weights16 = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&b.weights16, n * sizeof(__nv_bfloat16), b.stream));
+    b.weights16_capacity = n;
+  }
+  to_bf16(w, n, b.weights16, b.stream);
 }
 
 namespace {
@@ -114,11 +127,18 @@ void gemm(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const flo
   if (b.math == GemmMath::bf16 && K > 0) {
     const size_t na = ta ? view_span(K, M, lda) : view_span(M, K, lda);
     const size_t nb = tb ? view_span(N, K, ldb) : view_span(K, N, ldb);
-    __nv_bfloat16* a16 = scratch_as<__nv_bfloat16>(kSlotBf16A, na, b.stream);
-    __nv_bfloat16* b16 = scratch_as<__nv_bfloat16>(kSlotBf16B, nb, b.stream);
-    to_bf16(A, na, a16, b.stream);
-    to_bf16(B, nb, b16, b.stream);
-    gemm_bf16(b, ta, tb, M, N, K, alpha, a16, lda, b16, ldb, beta, C, ldc);
+    // A weight is read from the copy made once per forward; anything else is rounded here.
+    const auto rounded = [&](const float* x, size_t n, int slot) -> const __nv_bfloat16* {
+      if (b.weights && x >= b.weights && x + n <= b.weights + b.weights_n) {
+        ++b.weights16_reads;
+        return b.weights16 + (x - b.weights);
+      }
+      __nv_bfloat16* x16 = scratch_as<__nv_bfloat16>(slot, n, b.stream);
+      to_bf16(x, n, x16, b.stream);
+      return x16;
+    };
+    gemm_bf16(b, ta, tb, M, N, K, alpha, rounded(A, na, kSlotBf16A), lda,
+              rounded(B, nb, kSlotBf16B), ldb, beta, C, ldc);
     return;
   }
   CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,

@@ -54,6 +54,48 @@ TEST(CudaKernels, GemmPaddedLeadingDimensions) {
   expect_close("gemm_strided_batched, padded", dC.download(), C, 1e-5, 1e-5);
 }
 
+// The weights' bf16 copy (cuda::set_bf16_weights, made once per forward through k::Bf16Weights):
+// a GEMM reading a weight (a slice of the copied range) as either operand gives C bit for bit as
+// the rounding at each call does, and counts as served from the copy; an operand outside the
+// weights is rounded as before; a scope registers the copy only on a bf16 GPU context and
+// forgets it at its end.
+TEST(CudaKernels, Bf16WeightsCopyIsTheRoundingAtEachCall) {
+  PN_REQUIRE_GPU();
+  const int M = 33, N = 48, K = 40;
+  const auto w = randf(size_t(2) * N * K, 51), x = randf(size_t(M) * K, 52);
+  DBuf<float> dw(w), dx(x), c_each(size_t(M) * N), c_copy(size_t(M) * N);
+  const float* slice = dw.data() + size_t(N) * K;  // the second of two N x K weights
+  cuda::Blas each(kStream, GemmMath::bf16), copy(kStream, GemmMath::bf16);
+  cuda::set_bf16_weights(copy, dw.data(), w.size());
+  for (int as_a = 0; as_a < 2; ++as_a) {
+    SCOPED_TRACE(as_a ? "weight as A" : "weight as B");
+    for (cuda::Blas* b : {&each, &copy}) {
+      float* c = b == &each ? c_each.data() : c_copy.data();
+      if (as_a)  // C^T[N, M] = W[N, K] x^T
+        cuda::gemm(*b, false, true, N, M, K, 1.f, slice, K, dx.data(), K, 0.f, c, M);
+      else  // C[M, N] = x W^T
+        cuda::gemm(*b, false, true, M, N, K, 1.f, dx.data(), K, slice, K, 0.f, c, N);
+    }
+    expect_equal("C from the copy", c_copy.download(), c_each.download());
+  }
+  EXPECT_EQ(copy.weights16_reads, 2u);
+  EXPECT_EQ(each.weights16_reads, 0u);
+  cuda::gemm(copy, false, true, M, M, K, 1.f, dx.data(), K, dx.data(), K, 0.f, c_copy.data(), M);
+  EXPECT_EQ(copy.weights16_reads, 2u) << "an activation was read from the weights' copy";
+  {
+    DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
+    auto& b = *static_cast<cuda::Blas*>(current_context().blas);
+    {
+      k::Bf16Weights scope(dw.data(), w.size());
+      EXPECT_EQ(b.weights, dw.data());
+    }
+    EXPECT_EQ(b.weights, nullptr);
+  }
+  DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);
+  k::Bf16Weights scope(dw.data(), w.size());
+  EXPECT_EQ(static_cast<cuda::Blas*>(current_context().blas)->weights, nullptr);
+}
+
 // bf16 on the GPU is the CPU's bf16 GEMM: operands rounded to bf16, products summed in fp32, on
 // padded views and every transpose; so within fp32 summation order of it, and visibly apart from
 // the fp32 product (the rounding happened).
