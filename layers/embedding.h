@@ -1,10 +1,10 @@
 // Token embedding scaled by sqrt(d) plus sinusoidal positions, and the tied output projection.
 //   forward:  h[i] = sqrt(d) * E[tok[i]] + P[i mod T]
 //   output:   logits = h E^T;  dh = dlogits E;  dE += dlogits^T h
-// The output GEMMs run over Vp = round_up(V, M) rows of E: a GPU's tensor-core GEMMs need the
-// vocabulary dimension itself a multiple of 8, better 64 (16384 x 768 x V on an H100: 19.5 ms at
-// WikiText-2's V = 33,279, 3.3 ms at 33,280). M = vocab_multiple(): 64 on a GPU, 1 on the CPU
-// (which then computes exactly as without padding). Rows [V, Vp) are zeros reserved in the
+// The output GEMMs run over Vp = round_up(V, M) rows of E: a GPU's tensor-core GEMMs need their
+// N dimension, the vocabulary itself, a multiple of 8, better 64 (the GEMMs of 16384 x 768 x V
+// take 19.5 ms at WikiText-2's V = 33,279 and 3.3 ms at 33,280). M = vocab_multiple(): 64 on a
+// GPU, 1 on the CPU (its results stay as they were). Rows [V, Vp) are zeros reserved in the
 // ParamStore right after the table (its shape stays {V, d}): their logits are 0, softmax_xent
 // never reads those columns and sets their gradient to 0, so dE there is 0 and Adam leaves them 0.
 // The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
