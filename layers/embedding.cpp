@@ -3,16 +3,31 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/device.h"
 #include "kernels/kernels.h"
 
 namespace pn {
 
+namespace {
+int cpu_vocab_multiple = 1;  // set by tests only
+}  // namespace
+
+int vocab_multiple() { return current_device() == Device::CUDA ? 64 : cpu_vocab_multiple; }
+
+void set_cpu_vocab_multiple(int multiple) {
+  if (multiple < 1) throw std::invalid_argument("the vocabulary multiple must be at least 1");
+  cpu_vocab_multiple = multiple;
+}
+
 template <class T>
 Embedding<T>::Embedding(ParamStore<T>& s, const std::string& name, int vocab_size, int d,
-                        int max_positions, int padding_idx)
+                        int max_positions, int padding_idx, bool output)
     : store(&s), vocab(vocab_size), dim(d), max_len(max_positions) {
+  const int m = output ? vocab_multiple() : 1;
+  padded_vocab = (vocab + m - 1) / m * m;
   // fairseq's init: N(0, d^-1/2); the scale sqrt(d) then gives unit-variance inputs.
-  table = s.add(name + ".weight", {vocab, dim}, Init::Normal, 1.0 / std::sqrt(double(dim)));
+  table = s.add(name + ".weight", {vocab, dim}, Init::Normal, 1.0 / std::sqrt(double(dim)),
+                size_t(padded_vocab - vocab) * dim);
   positions.resize(size_t(max_len) * dim);
   k::sinusoidal_positions<T>(max_len, dim, positions.data());
   (void)padding_idx;
@@ -36,15 +51,16 @@ void Embedding<T>::backward(const int32_t* tok, const T* dy, int rows) const {
 
 template <class T>
 void Embedding<T>::output_forward(const T* h, int rows, T* logits, int ld) const {
-  k::gemm<T>(false, true, rows, vocab, dim, T(1), h, dim, store->p(table), dim, T(0), logits, ld);
+  k::gemm<T>(false, true, rows, padded_vocab, dim, T(1), h, dim, store->p(table), dim, T(0),
+             logits, ld);
 }
 
 template <class T>
 void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const {
-  k::gemm<T>(false, false, rows, dim, vocab, T(1), dlogits, ld, store->p(table), dim, T(0), dh,
-             dim);
-  k::gemm<T>(true, false, vocab, dim, rows, T(1), dlogits, ld, h, dim, T(1), store->g(table),
-             dim);
+  k::gemm<T>(false, false, rows, dim, padded_vocab, T(1), dlogits, ld, store->p(table), dim,
+             T(0), dh, dim);
+  k::gemm<T>(true, false, padded_vocab, dim, rows, T(1), dlogits, ld, h, dim, T(1),
+             store->g(table), dim);
 }
 
 template struct Embedding<float>;

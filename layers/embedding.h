@@ -1,9 +1,14 @@
 // Token embedding scaled by sqrt(d) plus sinusoidal positions, and the tied output projection.
 //   forward:  h[i] = sqrt(d) * E[tok[i]] + P[i mod T]
 //   output:   logits = h E^T;  dh = dlogits E;  dE += dlogits^T h
+// The output GEMMs run over Vp = round_up(V, M) rows of E: a GPU's tensor-core GEMMs need their
+// N dimension, the vocabulary itself, a multiple of 8, better 64 (the GEMMs of 16384 x 768 x V
+// take 19.5 ms at WikiText-2's V = 33,279 and 3.3 ms at 33,280). M = vocab_multiple(): 64 on a
+// GPU, 1 on the CPU (its results stay as they were). Rows [V, Vp) are zeros reserved in the
+// ParamStore right after the table (its shape stays {V, d}): their logits are 0, softmax_xent
+// never reads those columns and sets their gradient to 0, so dE there is 0 and Adam leaves them 0.
 // The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
-// a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels (a vocabulary
-// such as WikiText-2's 33,279 words).
+// a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,21 +18,31 @@
 
 namespace pn {
 
+// The multiple the output layer pads its vocabulary to on the current device: 64 on a GPU, else
+// 1 unless set_cpu_vocab_multiple says otherwise (tests: the CPU, and the stand-in Sim that
+// computes as it, pad as a GPU does).
+int vocab_multiple();
+void set_cpu_vocab_multiple(int multiple);
+
 template <class T>
 struct Embedding {
   ParamStore<T>* store = nullptr;
   int vocab = 0, dim = 0, max_len = 0, table = -1;
-  Buf<T> positions;  // [max_len, dim], not a parameter
+  int padded_vocab = 0;  // Vp: the rows the output GEMMs run over
+  Buf<T> positions;      // [max_len, dim], not a parameter
 
   Embedding() = default;
+  // output: the table is also the output projection (its GEMMs pad the vocabulary).
   Embedding(ParamStore<T>& s, const std::string& name, int vocab_size, int d, int max_positions,
-            int padding_idx);
+            int padding_idx, bool output = true);
   T scale() const;
   void forward(const int32_t* tok, int rows, int seq_len, T* y) const;
   void backward(const int32_t* tok, const T* dy, int rows) const;  // accumulates dE
-  int logits_ld() const { return (vocab + 7) / 8 * 8; }
+  int logits_ld() const { return (padded_vocab + 7) / 8 * 8; }
+  // logits[:, 0:Vp] = h E^T, rows ld >= Vp apart; columns [V, Vp) come out 0.
   void output_forward(const T* h, int rows, T* logits, int ld) const;
-  void output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const;  // dh overwritten
+  // dlogits' columns [V, Vp) must be 0 (softmax_xent leaves them so). dh overwritten.
+  void output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const;
 };
 
 }  // namespace pn

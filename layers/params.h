@@ -1,7 +1,11 @@
 // All parameters of a model live in one contiguous buffer, and all gradients in another of the
 // same layout, so that one all-reduce moves every gradient and one Adam call updates everything.
 // Both are on the device that is current when allocate() runs.
+// A tensor may reserve zeros right after itself (the padded rows a GEMM runs over, e.g. the
+// vocabulary of layers/embedding.h): they are no part of its shape, get no gradient and so stay
+// zero under Adam, and checkpoints and exports leave them out (packed(), unpacked()).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <random>
 #include <stdexcept>
@@ -20,6 +24,7 @@ struct ParamSpec {
   Init init = Init::Zeros;
   double init_std = 0;  // for Init::Normal
   size_t offset = 0, numel = 0;
+  size_t reserve = 0;  // zeros after the tensor in both buffers, not part of it
 };
 
 template <class T>
@@ -28,16 +33,44 @@ struct ParamStore {
   Buf<T> data, grad;
   bool allocated = false;
 
-  // Declares a tensor; returns its index. All declarations come before allocate().
-  int add(const std::string& name, std::vector<int> shape, Init init, double init_std = 0) {
+  // Declares a tensor and the zeros reserved after it; returns its index. All declarations come
+  // before allocate().
+  int add(const std::string& name, std::vector<int> shape, Init init, double init_std = 0,
+          size_t reserve = 0) {
     if (allocated) throw std::logic_error("ParamStore::add after allocate: " + name);
-    ParamSpec s{name, std::move(shape), init, init_std, 0, 1};
+    ParamSpec s{name, std::move(shape), init, init_std, size(), 1, reserve};
     for (int v : s.shape) s.numel *= size_t(v);
-    s.offset = specs.empty() ? 0 : specs.back().offset + specs.back().numel;
     specs.push_back(s);
     return int(specs.size()) - 1;
   }
-  size_t size() const { return specs.empty() ? 0 : specs.back().offset + specs.back().numel; }
+  // Elements of each buffer, reserved zeros included.
+  size_t size() const {
+    return specs.empty() ? 0 : specs.back().offset + specs.back().numel + specs.back().reserve;
+  }
+  // Elements of the tensors alone: the model's parameter count and a checkpoint's layout.
+  size_t packed_size() const {
+    size_t n = 0;
+    for (const ParamSpec& s : specs) n += s.numel;
+    return n;
+  }
+  // A host copy of a buffer of this layout (size() elements) without the reserved zeros, and
+  // back (packed_size() elements in; the reserves come back zero).
+  std::vector<T> packed(const std::vector<T>& buffer) const {
+    std::vector<T> out;
+    out.reserve(packed_size());
+    for (const ParamSpec& s : specs)
+      out.insert(out.end(), buffer.begin() + long(s.offset),
+                 buffer.begin() + long(s.offset + s.numel));
+    return out;
+  }
+  std::vector<T> unpacked(const T* packed) const {
+    std::vector<T> out(size(), T(0));
+    for (const ParamSpec& s : specs) {
+      std::copy(packed, packed + s.numel, out.begin() + long(s.offset));
+      packed += s.numel;
+    }
+    return out;
+  }
 
   // Allocates both buffers and initialises parameters from seed (identical on every rank).
   // The values are drawn on the host (the same on every device) and copied over.

@@ -18,7 +18,7 @@ TranslationModel<T>::TranslationModel(const TranslationConfig& c, uint64_t seed,
                                       Communicator* comm)
     : config(c),
       embed_src(params, c.share_all_embeddings ? "embed_tokens" : "encoder.embed_tokens",
-                c.src_vocab, c.dim, c.max_len, 0) {
+                c.src_vocab, c.dim, c.max_len, 0, c.share_all_embeddings) {
   if (c.src_vocab <= 0 || c.tgt_vocab <= 0) throw std::invalid_argument("a vocabulary is empty");
   if (c.share_all_embeddings && c.src_vocab != c.tgt_vocab)
     throw std::invalid_argument("--share-all-embeddings needs one joint vocabulary (source " +
@@ -344,6 +344,7 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
   st->tokens.from_host(tokens, size_t(N));
   st->x.resize(size_t(N) * d), st->a.resize(size_t(N) * d), st->out.resize(size_t(N) * d);
   st->ctx.resize(size_t(N) * d), st->q.resize(size_t(N) * d), st->tmp.resize(size_t(N) * 3 * d);
+  st->logits.resize(size_t(N) * emb.logits_ld());
   st->logprobs.resize(size_t(N) * V);
   T* x = st->x.data();
   // x = scale * E[token] + P[step]: position `step` for every row (a sequence length of 1).
@@ -375,7 +376,10 @@ void TranslationModel<T>::decode_step(DecodeState* st, const int32_t* tokens, in
     k::add_inplace<T>(x, st->out.data(), size_t(N) * d);
   }
   dec_norm_final->forward(x, ones, N, st->a.data(), false);
-  emb.output_forward(st->a.data(), N, st->logprobs.data(), V);  // packed: beam search reads them
+  emb.output_forward(st->a.data(), N, st->logits.data(), emb.logits_ld());
+  // The first V of each row, packed (the padded vocabulary left out): beam search reads them.
+  k::gather_rows(st->logits.data(), emb.logits_ld() * sizeof(T), nullptr, N, V * sizeof(T),
+                 st->logprobs.data(), V * sizeof(T));
   k::log_softmax_rows<T>(st->logprobs.data(), N, V);
   copy_to_host(logprobs, st->logprobs.data(), size_t(N) * V * sizeof(T));
   synchronize();

@@ -110,7 +110,7 @@ struct TranslationModel {
     int rows = 0, beam = 1, src_len = 0, max_len = 0;
     Buf<uint8_t> src_mask;                  // [rows, src_len]
     std::vector<Buf<T>> self_kv, cross_kv;  // per decoder block: [rows, max_len|src_len, 2d]
-    Buf<T> x, a, tmp, q, ctx, out, logprobs;  // one step's activations
+    Buf<T> x, a, tmp, q, ctx, out, logits, logprobs;  // one step's activations
     Buf<T> kv_spare;                          // reorder's second cache buffer
     Buf<uint8_t> ones, mask_spare;
     Buf<int32_t> tokens, from;  // the step's tokens, the reorder's source rows

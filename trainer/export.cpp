@@ -234,20 +234,22 @@ ExportSummary export_checkpoint(const Options& options, const std::string& check
     throw std::runtime_error("checkpoint '" + checkpoint + "' was trained on another vocabulary (" +
                              m.header["vocab"].get<std::string>() + ") than --data " + o.data +
                              " gives (" + vocab + "): give --data the corpus it was trained on");
-  if (m.payload.size() < params.size() * sizeof(float))
+  if (m.payload.size() < params.packed_size() * sizeof(float))
     throw std::runtime_error("checkpoint '" + checkpoint + "/model.bin' is too short");
-  std::memcpy(params.data.data(), m.payload.data(), params.size() * sizeof(float));
+  // The payload holds the tensors packed; this model's buffer may reserve padding between them.
+  const std::vector<float> values =
+      params.unpacked(reinterpret_cast<const float*>(m.payload.data()));
 
   ExportSummary summary;
   summary.update = m.header.at("update").get<int64_t>();
   summary.world_size = m.header.at("world_size").get<int>();
-  summary.parameters = params.size();
+  summary.parameters = params.packed_size();
   meta["update"] = std::to_string(summary.update);
   meta["world_size"] = std::to_string(summary.world_size);
 
   std::vector<SafeTensor> tensors;
   for (const ParamSpec& s : params.specs)
-    add_parameter(&tensors, s.name, s.shape, params.data.data() + s.offset, prefix,
+    add_parameter(&tensors, s.name, s.shape, values.data() + s.offset, prefix,
                   mt && mt->config.share_all_embeddings);
 
   // Norm state of every saved rank: rank_state[r][k] is state tensor k (model order) of rank r.

@@ -36,8 +36,12 @@ void Trainer::log_model_summary() {
             << s.numel;
     }
   }
+  const size_t padding = params().size() - params().packed_size();
   LOG(INFO) << "parameters (first tensors):" << table.str() << "\n  total "
-            << params().size() << " parameters in one buffer";
+            << params().packed_size() << " parameters in one buffer"
+            << (padding ? " (and " + std::to_string(padding) +
+                              " zeros padding the vocabulary for the GPU's GEMMs)"
+                        : std::string());
   LOG(INFO) << "ranks " << comm_.size() << " (" << comm_.name() << "), threads per rank "
             << num_threads() << ", tokens per update "
             << int64_t(opt_.max_tokens) * comm_.size() * opt_.update_freq;

@@ -102,10 +102,12 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"validations_without_gain", validations_without_gain_}};
       if (std::isfinite(best_valid_)) model_file.header["best_valid_loss"] = best_valid_;
       if (validation_pending_) model_file.header["validation_pending"] = true;
-      model_file.payload.reserve(3 * params().size() * sizeof(float));
-      append(&model_file.payload, params().data.to_host());
-      append(&model_file.payload, adam_m_.to_host());
-      append(&model_file.payload, adam_v_.to_host());
+      // Packed: the tensors alone, whatever padding this device reserved (layers/params.h).
+      const ParamStore<float>& p = params();
+      model_file.payload.reserve(3 * p.packed_size() * sizeof(float));
+      append(&model_file.payload, p.packed(p.data.to_host()));
+      append(&model_file.payload, p.packed(adam_m_.to_host()));
+      append(&model_file.payload, p.packed(adam_v_.to_host()));
       write_checkpoint_file(dir + "/model.bin", model_file);
     }
   } catch (const std::exception& e) {
@@ -159,13 +161,13 @@ void Trainer::restore_checkpoint(const std::string& dir) {
         "checkpoint '" + dir + "' was trained on another vocabulary (" +
         m.header["vocab"].get<std::string>() + ") than --data " + opt_.data + " gives (" +
         task_->vocab_fingerprint() + "): use the data it was trained with");
-  const size_t n = params().size();
+  const size_t n = params().packed_size();
   if (m.payload.size() != 3 * n * sizeof(float))
     throw std::runtime_error("checkpoint '" + dir + "/model.bin' has the wrong payload size");
   const float* saved = reinterpret_cast<const float*>(m.payload.data());
-  params().data.from_host(saved, n);
-  adam_m_.from_host(saved + n, n);
-  adam_v_.from_host(saved + 2 * n, n);
+  params().data.from_host(params().unpacked(saved));
+  adam_m_.from_host(params().unpacked(saved + n));
+  adam_v_.from_host(params().unpacked(saved + 2 * n));
   start_update_ = m.header.at("update").get<int64_t>();
   restored_ = true;
   if (m.header.contains("best_valid_loss")) best_valid_ = m.header["best_valid_loss"].get<double>();

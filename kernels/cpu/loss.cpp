@@ -71,7 +71,7 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
   for (int i = 0; i < rows; ++i) {
     T* z = logits + size_t(i) * ld;
     if (mask && !mask[i]) {
-      for (int j = 0; j < V; ++j) z[j] = T(0);
+      for (int j = 0; j < ld; ++j) z[j] = T(0);
       continue;
     }
     double l, n;
@@ -82,6 +82,7 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
 #pragma omp simd
     for (int j = 0; j < V; ++j) z[j] = grad_scale * (z[j] * inv_sum - eps_i);
     z[target[i]] -= grad_scale * (T(1) - eps - eps_i);
+    for (int j = V; j < ld; ++j) z[j] = T(0);  // the padded words: no gradient into the GEMMs
   }
   return {loss, nll, ntok};
 }

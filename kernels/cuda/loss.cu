@@ -5,7 +5,8 @@
 //   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale),
 //   softmax(z)_j = exp(z_j - max) / sum_k exp(z_k - max)
 // Per row: max, then sum exp(z - max) and sum z in double (block reductions in fixed order),
-// then the gradient overwrites the row. Row losses go to a per-row array that one block sums in
+// then the gradient overwrites the row, its padding [V, ld) set to 0 (the output layer's GEMMs
+// over a padded vocabulary read it). Row losses go to a per-row array that one block sums in
 // row order, so the totals are deterministic. Masked rows contribute nothing and get dz = 0.
 #include <cmath>
 
@@ -26,7 +27,7 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   double* out = row_out + size_t(i) * 3;
   if (mask && !mask[i]) {
     if (kGrad)
-      for (int j = threadIdx.x; j < V; j += blockDim.x) z[j] = 0.f;
+      for (int j = threadIdx.x; j < ld; j += blockDim.x) z[j] = 0.f;
     if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0;
     return;
   }
@@ -58,6 +59,7 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
     if (j == t) g -= grad_scale * (1.f - eps - eps_f);
     z[j] = g;
   }
+  for (int j = V + threadIdx.x; j < ld; j += blockDim.x) z[j] = 0.f;  // padded words: no gradient
 }
 
 // sums[k] = sum over rows of row_out[i*3 + k], fixed order.

@@ -397,7 +397,8 @@ TEST(CudaKernels, AttentionDecodingStep) {
 }
 
 // Rows ld = V + 3 apart, as the models pad them: the padding, set to a value that would change
-// every sum, is neither read nor written on either device.
+// every sum, is never read on either device; the loss leaves it, the gradient sets it to 0 (the
+// output layer's GEMMs over a padded vocabulary read it).
 TEST(CudaKernels, LabelSmoothedCrossEntropy) {
   PN_REQUIRE_GPU();
   const int rows = 29, V = 301, ld = V + 3;
@@ -421,6 +422,12 @@ TEST(CudaKernels, LabelSmoothedCrossEntropy) {
     cuda::softmax_xent_eval(dlogits.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f,
                             dsums.data(), kStream);
     const k::LossSums ge = cuda::loss_sums_host(dsums.data(), kStream);
+    const std::vector<float> kept = dlogits.download();
+    for (int r = 0; r < rows; ++r)
+      for (int j = V; j < ld; ++j) {
+        ASSERT_EQ(logits[size_t(r) * ld + j], pad) << "the CPU's loss wrote the padding";
+        ASSERT_EQ(kept[size_t(r) * ld + j], pad) << "the GPU's loss wrote the padding";
+      }
     EXPECT_NEAR(ge.loss, ce.loss, 1e-5 * (1 + std::fabs(ce.loss)));
     EXPECT_NEAR(ge.nll, ce.nll, 1e-5 * (1 + std::fabs(ce.nll)));
     EXPECT_EQ(ge.ntokens, ce.ntokens);
@@ -437,8 +444,8 @@ TEST(CudaKernels, LabelSmoothedCrossEntropy) {
     expect_close("xent dlogits", got, logits, 1e-5, 1e-7);
     for (int r = 0; r < rows; ++r)
       for (int j = V; j < ld; ++j) {
-        ASSERT_EQ(logits[size_t(r) * ld + j], pad) << "the CPU wrote the padding";
-        ASSERT_EQ(got[size_t(r) * ld + j], pad) << "the GPU wrote the padding";
+        ASSERT_EQ(logits[size_t(r) * ld + j], 0.f) << "the CPU's gradient left the padding";
+        ASSERT_EQ(got[size_t(r) * ld + j], 0.f) << "the GPU's gradient left the padding";
       }
   }
   // No rows at all.
