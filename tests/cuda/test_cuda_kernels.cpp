@@ -197,6 +197,32 @@ TEST(CudaKernels, AttentionForwardBackward) {
   }
 }
 
+// The CPU's attention in double on bf16-rounded qkv and dctx (drawn from seed): what the fused
+// kernels, which take bf16 operands, are checked against.
+struct AttentionReference {
+  std::vector<float> qkv, dctx;      // the inputs, rounded to bf16
+  std::vector<double> ctx, dqkv;     // the CPU's outputs in double
+  double ctx_max = 0, dqkv_max = 0;  // their largest magnitudes
+};
+AttentionReference attention_reference(int nseq, int T, int d, int H, uint64_t seed) {
+  const size_t nq = size_t(nseq) * T * 3 * d, nc = size_t(nseq) * T * d;
+  const size_t np = size_t(nseq) * H * T * T;
+  auto round_bf16 = [](std::vector<float> v) {
+    for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
+    return v;
+  };
+  AttentionReference r{round_bf16(randf(nq, seed)), round_bf16(randf(nc, seed + 1)), {}, {}};
+  std::vector<double> qkv64(r.qkv.begin(), r.qkv.end()), dctx64(r.dctx.begin(), r.dctx.end());
+  std::vector<double> probs(np), scratch(np);
+  r.ctx.resize(nc), r.dqkv.resize(nq);
+  k::attention_forward<double>(qkv64.data(), nseq, T, d, H, probs.data(), r.ctx.data());
+  k::attention_backward<double>(qkv64.data(), probs.data(), r.ctx.data(), dctx64.data(), nseq, T, d,
+                                H, r.dqkv.data(), scratch.data());
+  for (double x : r.ctx) r.ctx_max = std::max(r.ctx_max, std::fabs(x));
+  for (double x : r.dqkv) r.dqkv_max = std::max(r.dqkv_max, std::fabs(x));
+  return r;
+}
+
 // The fused attention (bf16 operands, fp32 accumulation, kernels/cuda/flash_attention.cu)
 // against the CPU's attention in double on the same bf16-rounded qkv and dctx: apart by the
 // rounding of P and dS to bf16 only, over one, partial and several 64-row tiles and each head
@@ -213,18 +239,10 @@ TEST(CudaKernels, FlashAttentionIsTheCpusAttention) {
     const int nseq = 2, T = c.T, d = c.d, H = c.H;
     ASSERT_TRUE(cuda::flash_attention_supported(d, H));
     const size_t nq = size_t(nseq) * T * 3 * d, nc = size_t(nseq) * T * d;
-    const size_t nrow = size_t(nseq) * H * T, np = nrow * T;
-    auto round_bf16 = [](std::vector<float> v) {
-      for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
-      return v;
-    };
-    const auto qkv = round_bf16(randf(nq, 31)), dctx = round_bf16(randf(nc, 32));
-    std::vector<double> qkv64(qkv.begin(), qkv.end()), dctx64(dctx.begin(), dctx.end());
-    std::vector<double> probs(np), ctx(nc), dqkv(nq), scratch(np);
-    k::attention_forward<double>(qkv64.data(), nseq, T, d, H, probs.data(), ctx.data());
-    k::attention_backward<double>(qkv64.data(), probs.data(), ctx.data(), dctx64.data(), nseq, T,
-                                  d, H, dqkv.data(), scratch.data());
-    DBuf<float> dq(qkv), ddctx(dctx), lse(nrow), dctxo(nc), ddqkv(nq), dsum(nrow), ddqkv2(nq);
+    const size_t nrow = size_t(nseq) * H * T;
+    const AttentionReference ref = attention_reference(nseq, T, d, H, 31);
+    DBuf<float> dq(ref.qkv), ddctx(ref.dctx), lse(nrow), dctxo(nc), ddqkv(nq), dsum(nrow),
+        ddqkv2(nq);
     cuda::flash_attention_forward(dq.data(), nseq, T, d, H, lse.data(), dctxo.data(), kStream);
     const std::vector<float> got_ctx = dctxo.download();
     cuda::flash_attention_backward(dq.data(), lse.data(), dctxo.data(), ddctx.data(), nseq, T, d,
@@ -233,15 +251,10 @@ TEST(CudaKernels, FlashAttentionIsTheCpusAttention) {
                                    H, ddqkv2.data(), dsum.data(), kStream);
     const std::vector<float> got_dqkv = ddqkv.download();
     expect_equal("fused dqkv, two runs", ddqkv2.download(), got_dqkv);
-    auto largest = [](const std::vector<double>& v) {
-      double m = 0;
-      for (double x : v) m = std::max(m, std::fabs(x));
-      return m;
-    };
     // bf16 keeps 8 bits: P and dS carry 2^-9 relative error each. Measured in the emulation:
     // at most 0.2% (ctx) and 0.4% (dqkv) of the largest entry; a P off by 1% fails.
-    expect_close("fused ctx", got_ctx, ctx, 0, 4e-3 * largest(ctx));
-    expect_close("fused dqkv", got_dqkv, dqkv, 0, 8e-3 * largest(dqkv));
+    expect_close("fused ctx", got_ctx, ref.ctx, 0, 4e-3 * ref.ctx_max);
+    expect_close("fused dqkv", got_dqkv, ref.dqkv, 0, 8e-3 * ref.dqkv_max);
   }
   {
     DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
@@ -271,19 +284,10 @@ TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
     const std::string why = cuda::cudnn_attention_unsupported(nseq, T, d, H);
     ASSERT_EQ(why, "");
     const size_t nq = size_t(nseq) * T * 3 * d, nc = size_t(nseq) * T * d;
-    const size_t np = size_t(nseq) * H * T * T, nsaved = cuda::cudnn_attention_saved_size(nseq, T, d, H);
-    auto round_bf16 = [](std::vector<float> v) {
-      for (float& x : v) x = __bfloat162float(__float2bfloat16(x));
-      return v;
-    };
-    const auto qkv = round_bf16(randf(nq, 41)), dctx = round_bf16(randf(nc, 42));
-    std::vector<double> qkv64(qkv.begin(), qkv.end()), dctx64(dctx.begin(), dctx.end());
-    std::vector<double> probs(np), ctx(nc), dqkv(nq), scratch(np);
-    k::attention_forward<double>(qkv64.data(), nseq, T, d, H, probs.data(), ctx.data());
-    k::attention_backward<double>(qkv64.data(), probs.data(), ctx.data(), dctx64.data(), nseq, T,
-                                  d, H, dqkv.data(), scratch.data());
-    DBuf<float> dq(qkv), ddctx(dctx), saved(nsaved), dctxo(nc), ddqkv(nq), dscratch(nsaved),
-        ddqkv2(nq);
+    const size_t nsaved = cuda::cudnn_attention_saved_size(nseq, T, d, H);
+    const AttentionReference ref = attention_reference(nseq, T, d, H, 41);
+    DBuf<float> dq(ref.qkv), ddctx(ref.dctx), saved(nsaved), dctxo(nc), ddqkv(nq),
+        dscratch(nsaved), ddqkv2(nq);
     cuda::cudnn_attention_forward(dq.data(), nseq, T, d, H, saved.data(), dctxo.data(), kStream);
     cuda::cudnn_attention_backward(saved.data(), ddctx.data(), nseq, T, d, H, ddqkv.data(),
                                    dscratch.data(), kStream);
@@ -291,14 +295,9 @@ TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
                                    dscratch.data(), kStream);
     const std::vector<float> got_ctx = dctxo.download(), got_dqkv = ddqkv.download();
     expect_equal("cuDNN dqkv, two runs", ddqkv2.download(), got_dqkv);
-    auto largest = [](const std::vector<double>& v) {
-      double m = 0;
-      for (double x : v) m = std::max(m, std::fabs(x));
-      return m;
-    };
     // bf16 outputs (ctx and dqkv rounded once: 2^-9 relative) on top of cuDNN's bf16 P and dS.
-    expect_close("cuDNN ctx", got_ctx, ctx, 0, 4e-3 * largest(ctx));
-    expect_close("cuDNN dqkv", got_dqkv, dqkv, 0, 8e-3 * largest(dqkv));
+    expect_close("cuDNN ctx", got_ctx, ref.ctx, 0, 4e-3 * ref.ctx_max);
+    expect_close("cuDNN dqkv", got_dqkv, ref.dqkv, 0, 8e-3 * ref.dqkv_max);
   }
   DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
   EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), cuda::cudnn_attention_saved_size(3, 40, 64, 2));
