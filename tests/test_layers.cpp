@@ -165,8 +165,9 @@ TEST(Loss, LabelSmoothedCrossEntropyGradientAndValue) {
   EXPECT_NEAR(one.nll, nll0, 1e-12);
 }
 
-// Rows ld apart (the models pad them to 8 words): the same sums and gradient as packed rows,
-// and the padding neither read nor written.
+// Rows ld apart (the models pad them): the same sums and gradient as packed rows; the padding
+// (1e300 here) never read, left alone by the loss-only form and set to exactly 0 in the
+// gradient, every row (masked ones too), so that GEMMs over a padded vocabulary read zeros.
 TEST(Loss, PaddedRowsAreThePackedRows) {
   const int rows = 5, V = 13, ld = 16;
   const auto packed = randn(size_t(rows) * V, 41, 2.0);
@@ -179,6 +180,8 @@ TEST(Loss, PaddedRowsAreThePackedRows) {
   const auto e2 = k::softmax_xent_eval<double>(padded.data(), t.data(), mask.data(), rows, V, ld, 0.1);
   EXPECT_EQ(e1.loss, e2.loss);
   EXPECT_EQ(e1.ntokens, 4);
+  for (int r = 0; r < rows; ++r)
+    for (int j = V; j < ld; ++j) EXPECT_EQ(padded[size_t(r) * ld + j], 1e300) << "eval wrote";
   std::vector<double> g1 = packed, g2 = padded;
   const auto s1 = k::softmax_xent<double>(g1.data(), t.data(), mask.data(), rows, V, V, 0.1, 0.5);
   const auto s2 = k::softmax_xent<double>(g2.data(), t.data(), mask.data(), rows, V, ld, 0.1, 0.5);
@@ -186,7 +189,7 @@ TEST(Loss, PaddedRowsAreThePackedRows) {
   EXPECT_EQ(s1.nll, s2.nll);
   for (int r = 0; r < rows; ++r) {
     for (int j = 0; j < V; ++j) EXPECT_EQ(g1[size_t(r) * V + j], g2[size_t(r) * ld + j]);
-    for (int j = V; j < ld; ++j) EXPECT_EQ(g2[size_t(r) * ld + j], 1e300) << "padding written";
+    for (int j = V; j < ld; ++j) EXPECT_EQ(g2[size_t(r) * ld + j], 0.0) << "padding not zeroed";
   }
 }
 
