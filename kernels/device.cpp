@@ -97,11 +97,13 @@ DeviceScope::~DeviceScope() {
   current_context() = previous_;
 }
 
+#ifndef PN_HAVE_CUDA
 namespace {
 [[noreturn]] void no_cuda() {
   throw std::logic_error("a CUDA context is current in a build without CUDA");
 }
 }  // namespace
+#endif
 
 void* device_alloc(size_t bytes) {
   if (bytes == 0) return nullptr;

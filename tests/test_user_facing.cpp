@@ -75,7 +75,9 @@ TEST(Flags, OnlyWholeNamesAndFairseqMeanings) {
   EXPECT_NO_THROW(validate_options(o));
   unsetenv("PN_BF16_EMULATE");
   unsetenv("PN_CPU_WITHOUT");
-  if (cpu_has("avx512_bf16")) EXPECT_NO_THROW(validate_options(o));
+  if (cpu_has("avx512_bf16")) {
+    EXPECT_NO_THROW(validate_options(o));
+  }
   // tf32 is a tensor-core format: the CPU has none.
   try {
     validate_options(parse({"--precision", "tf32", "--cpu"}));
