@@ -167,10 +167,13 @@ namespace {
 enum class AttentionPath { materialized, flash, cudnn };
 #ifdef PN_HAVE_CUDA
 // The first fused choice of a process, on stderr: which library ran the attention, and why
-// not cuDNN where it did not.
-void say_once(const std::string& line) {
-  static std::once_flag said;
-  std::call_once(said, [&] { std::fprintf(stderr, "pntrain: attention: %s\n", line.c_str()); });
+// not cuDNN where it did not. The line is made only that once (this runs at every call).
+std::once_flag attention_said;  // one flag for every caller (each lambda is its own template)
+template <class Line>
+void say_once(const Line& line) {
+  std::call_once(attention_said, [&] {
+    std::fprintf(stderr, "pntrain: attention: %s\n", std::string(line()).c_str());
+  });
 }
 #endif
 AttentionPath attention_path(int nseq, int seq_len, int d, int heads) {
@@ -179,17 +182,20 @@ AttentionPath attention_path(int nseq, int seq_len, int d, int heads) {
   if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 ||
       c.attention == Attention::materialized)
     return AttentionPath::materialized;
-  std::string why = "--attention flash";
+  std::string why;  // why not cuDNN ("" where --attention flash never asked)
   if (c.attention != Attention::flash) {
     why = cuda::cudnn_attention_unsupported(nseq, seq_len, d, heads);
     if (why.empty()) {
-      say_once("cuDNN's fused SDPA (" + cuda::sdpa_description() + ")");
+      say_once([] { return "cuDNN's fused SDPA (" + cuda::sdpa_description() + ")"; });
       return AttentionPath::cudnn;
     }
     if (c.attention == Attention::cudnn) throw std::runtime_error("--attention cudnn: " + why);
   }
   if (cuda::flash_attention_supported(d, heads)) {
-    say_once("the project's flash kernels (not cuDNN: " + why + ")");
+    say_once([&] {
+      return "the project's flash kernels (not cuDNN: " +
+             (why.empty() ? "--attention flash" : why) + ")";
+    });
     return AttentionPath::flash;
   }
   if (c.attention == Attention::flash)
