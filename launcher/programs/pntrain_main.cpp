@@ -111,13 +111,15 @@ int eval_lm(pn::Communicator& comm, pn::Trainer& trainer) {
 // The closing line, and the exit code: 128 + signal when interrupted, 3 when the final
 // checkpoint could not be written.
 int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult& r) {
+  std::string closing;
   if (comm.rank() == 0 && opt.log_format == pn::LogFormat::json) {
     nlohmann::json j = {{"done", true},          {"updates", r.updates},
                         {"max_update", opt.max_update}, {"wall_s", r.wall_s},
                         {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
                         {"last_loss", r.last_loss}, {"checkpoint", r.checkpoint}};
     if (r.best_valid_nll >= 0) j["best_valid_loss"] = r.best_valid_nll;
-    LOG(INFO) << j.dump();
+    closing = j.dump();
+    LOG(INFO) << closing;
   } else if (comm.rank() == 0) {
     std::ostringstream line;
     line << std::fixed << std::setprecision(1) << "done | " << r.updates << "/" << r.update_limit
@@ -128,8 +130,14 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
       line << " | best valid loss " << r.best_valid_nll << " ppl " << std::setprecision(2)
            << std::exp(r.best_valid_nll);
     line << " | checkpoint " << (r.checkpoint.empty() ? "none" : r.checkpoint);
-    LOG(INFO) << line.str();
+    closing = line.str();
+    LOG(INFO) << closing;
   }
+  // A terminated mpirun holds its ranks' last lines until its grace is over, and `pn run` ends
+  // it before: the launcher prints this one from the status file instead.
+  if (r.interrupted)
+    report_status(comm, "closing interrupted (" + pn::interrupt_description(r.interrupted) +
+                            ") at update " + std::to_string(r.updates) + " | " + closing);
   if (r.final_save_failed) {
     if (comm.rank() == 0)
       std::fprintf(stderr, "pntrain: error: the checkpoint of update %lld was not saved (see "

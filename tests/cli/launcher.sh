@@ -53,10 +53,15 @@ run "${common[@]}" --metrics "$tmp/straight.jsonl" --save-dir "$tmp/ck_straight"
 [ $rc -eq 0 ] || { fail "uninterrupted run: exit $rc"; echo "$out" | tail -5; }
 resume=("${common[@]}" --metrics "$tmp/resumed.jsonl" --save-dir "$tmp/ck_sig"
         --debug-fault sigterm-mpirun@5:1)
-run "${resume[@]}"
+# mpirun's grace of 2 x 30 s would end it a minute after its ranks: `pn run` ends it after 2 s.
+t0=$SECONDS
+PN_STOP_GRACE=30 run "${resume[@]}"
+if [ $((SECONDS - t0)) -ge 30 ]; then
+  fail "SIGTERM to mpirun: pn run took $((SECONDS - t0)) s, mpirun's grace and more"
+fi
 if [ $rc -ne 143 ] || [ ! -e "$tmp/ck_sig/checkpoint_5/DONE" ] ||
    ls -d "$tmp"/ck_sig/checkpoint_{6..12} >/dev/null 2>&1 ||
-   ! grep -q "interrupted (SIGCONT: mpirun is ending the job) at update 5; the same command resumes" <<<"$out"; then
+   ! grep -q "^pn run: rank 0 .*: interrupted (SIGCONT: mpirun is ending the job) at update 5 | done" <<<"$out"; then
   fail "SIGTERM to mpirun: exit $rc (want 143)"; echo "$out" | tail -5; ls "$tmp/ck_sig"
 else echo "ok: SIGTERM to mpirun at update 5 -> checkpoint_5, exit 143: $(grep -m1 '^pn run: interrupted' <<<"$out")"; fi
 [ -z "$(left "$tmp/ck_sig")" ] || fail "processes left after SIGTERM to mpirun"
