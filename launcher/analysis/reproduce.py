@@ -1168,12 +1168,13 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
             " (the medium preset's choice on its short runs)" if a.preset == "long" else ""), ""]
     else:
         L += alpha_grid_table(a, labels)
-    curves = {}
+    curves = {}  # of the finished cells: a cell still training would end its curve mid-way
+    finished = {(r["key"], r["seed"]) for r in rows if math.isfinite(r["valid_ppl"])}
     for key, label, _, _, _ in vlist:
         for seed in runner.seeds:
             d = os.path.join(a.out, "table", "%s_s%d" % (key, seed))
             c = learning_curve(d)
-            if c["valid"]:
+            if c["valid"] and (key, seed) in finished:
                 curves["%s s%d" % (label, seed)] = c
     W = int(flag_value(runner.extra, "warmup-updates", runner.ini.get("warmup-updates", "0")))
     L += ["## Learning curves", ""]
