@@ -371,7 +371,9 @@ TEST(Devices, CudaBf16AndTf32TrackFp32) {
       for (size_t i = 180; i < 200; ++i) tail[m] += r.losses[i] / 20;
     }
     EXPECT_NEAR(tail[1], tail[0], 0.01 * tail[0]) << name << ": bf16 against fp32";
-    if (with_tf32) EXPECT_NEAR(tail[2], tail[0], 0.01 * tail[0]) << name << ": tf32 against fp32";
+    if (with_tf32) {
+      EXPECT_NEAR(tail[2], tail[0], 0.01 * tail[0]) << name << ": tf32 against fp32";
+    }
   }
 }
 
