@@ -1,5 +1,6 @@
 """Shared by the launcher scripts (ablate.py, bench.py, plot.py, reproduce.py): reading pntrain
 --metrics files (JSONL), comma-separated flag values, and running a cell with its progress."""
+import gzip
 import json
 import os
 import re
@@ -14,11 +15,15 @@ PROGRESS_S = float(os.environ.get("PN_PROGRESS_S", "60"))
 def read_metrics(path, warn=False):
     """Returns (update lines, validation lines) of a metrics file; ([], []) when it is missing.
     Lines that are not JSON (a line cut by an interrupted run) are skipped, with a message on
-    stderr when warn is set."""
+    stderr when warn is set. A committed file over 2 MB is kept as PATH.gz, read the same."""
     updates, valids = [], []
-    if not os.path.exists(path):
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        opened = gzip.open(path + ".gz", "rt")
+    elif os.path.exists(path):
+        opened = open(path)
+    else:
         return updates, valids
-    with open(path) as f:
+    with opened as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
