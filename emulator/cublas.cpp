@@ -140,3 +140,153 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta,
                                     C, ct, ldc, 0, 1, compute, algo);
 }
+
+// ---- cuBLASLt: one matmul with a bias (and ReLU) epilogue ------------------------------------
+#include "cublasLt.h"
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque {
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+  cudaDataType_t type = CUDA_R_32F;
+  uint64_t rows = 0, cols = 0;
+  int64_t ld = 0;
+};
+struct cublasLtMatmulPreferenceOpaque {};
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
+  *h = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+  delete h;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute,
+                                        cudaDataType_t scale_type) {
+  if (scale_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = new cublasLtMatmulDescOpaque;
+  (*d)->compute = compute;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+  delete d;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, size_t size) {
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->ta : d->tb) =
+          cublasOperation_t(*static_cast<const int32_t*>(buf));
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+      if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->epilogue = cublasLtEpilogue_t(*static_cast<const uint32_t*>(buf));
+      return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+      if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->bias = *static_cast<const float* const*>(buf);
+      return CUBLAS_STATUS_SUCCESS;
+  }
+  return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+  if (ld < int64_t(std::max<uint64_t>(1, rows))) return CUBLAS_STATUS_INVALID_VALUE;
+  *l = new cublasLtMatrixLayoutOpaque{type, rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+  delete l;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) {
+  *p = new cublasLtMatmulPreferenceOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void*, size_t size) {
+  const bool known = attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ||
+                     attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES ||
+                     attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES ||
+                     attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ||
+                     attr == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES;
+  const size_t want = attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES ? sizeof(uint64_t)
+                                                                       : sizeof(uint32_t);
+  return known && size == want ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+namespace {
+// The shapes cuBLASLt's matmul reads: op(A) m x k, op(B) k x n, C and D m x n, D's type fp32.
+cublasStatus_t lt_check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaque& a,
+                        const cublasLtMatrixLayoutOpaque& b, const cublasLtMatrixLayoutOpaque& c,
+                        const cublasLtMatrixLayoutOpaque& dl) {
+  const uint64_t m = d.ta == CUBLAS_OP_N ? a.rows : a.cols, k = d.ta == CUBLAS_OP_N ? a.cols : a.rows;
+  const uint64_t kb = d.tb == CUBLAS_OP_N ? b.rows : b.cols, n = d.tb == CUBLAS_OP_N ? b.cols : b.rows;
+  if (k != kb || c.rows != m || c.cols != n || dl.rows != m || dl.cols != n)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_RELU &&
+      d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_RELU_BIAS)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  return check(d.ta, d.tb, int(m), int(n), int(k), int(a.ld), int(b.ld), int(dl.ld), a.type,
+               b.type, dl.type, d.compute);
+}
+}  // namespace
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+    cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t,
+    int requested, cublasLtMatmulHeuristicResult_t* results, int* returned) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *returned = 0;
+  if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  if (cublasStatus_t st = lt_check(*d, *a, *b, *c, *dl)) return st;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void* alpha,
+                              const void* A, cublasLtMatrixLayout_t a, const void* B,
+                              cublasLtMatrixLayout_t b, const void* beta, const void* C,
+                              cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
+  if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (cublasStatus_t st = lt_check(*d, *a, *b, *c, *dl)) return st;
+  const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  const bool relu = d->epilogue == CUBLASLT_EPILOGUE_RELU || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  if (C != D && *static_cast<const float*>(beta) != 0.f) return CUBLAS_STATUS_NOT_SUPPORTED;
+  const cublasLtMatmulDescOpaque desc = *d;  // the call's attributes, as the GPU reads them now
+  const cublasLtMatrixLayoutOpaque la = *a, lb = *b, ld = *dl;
+  const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+  pn_emu::enqueue(stream, [=] {
+    const int m = int(ld.rows), n = int(ld.cols);
+    const int k = int(desc.ta == CUBLAS_OP_N ? la.cols : la.rows);
+    float* out = static_cast<float*>(D);
+    gemm_one(desc.ta, desc.tb, m, n, k, al, A, la.type, int(la.ld), B, int(lb.ld), be, out,
+             int(ld.ld), desc.compute);
+    // The epilogue on the fp32 result: + bias[row], then max(., 0).
+    for (int col = 0; col < n; ++col)
+      for (int row = 0; row < m; ++row) {
+        float& v = out[size_t(col) * ld.ld + row];
+        if (bias) v += desc.bias[row];
+        if (relu) v = std::max(v, 0.f);
+      }
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}

@@ -390,6 +390,14 @@ cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, vo
       attr == cudaMemPoolAttrUsedMemHigh ? device_bytes_high : device_bytes;
   return cudaSuccess;
 }
+// Only the high-water mark may be set, and only to 0: it restarts from what is live.
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  if (!pool || attr != cudaMemPoolAttrUsedMemHigh || *static_cast<uint64_t*>(value) != 0)
+    return fail_with(cudaErrorInvalidValue, "cudaMemPoolSetAttribute(%d)", int(attr));
+  std::lock_guard<std::mutex> l(allocs_mu);
+  device_bytes_high = device_bytes;
+  return cudaSuccess;
+}
 cudaError_t cudaMalloc(void** p, size_t bytes) {
   *p = allocate(bytes, Kind::device);
   return *p ? cudaSuccess : fail_with(cudaErrorMemoryAllocation, "cudaMalloc(%zu)", bytes);

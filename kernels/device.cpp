@@ -157,19 +157,48 @@ void device_free(Device device, void* p) {
   }
 }
 
-size_t device_peak_bytes() {
 #ifdef PN_HAVE_CUDA
-  if (current_context().device != Device::CUDA) return 0;
+namespace {
+cudaMemPool_t default_pool() {
   int dev = 0;
   cudaMemPool_t pool = nullptr;
-  uint64_t high = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
-  CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high));
-  return size_t(high);
-#else
-  return 0;
+  return pool;
+}
+}  // namespace
 #endif
+
+size_t device_peak_bytes() {
+  switch (current_context().device) {
+    case Device::Sim:
+      return sim::peak_bytes();
+    case Device::CUDA: {
+#ifdef PN_HAVE_CUDA
+      uint64_t high = 0;
+      CUDA_CHECK(cudaMemPoolGetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &high));
+      return size_t(high);
+#endif
+    }
+    default:
+      return 0;
+  }
+}
+
+void device_reset_peak() {
+  switch (current_context().device) {
+    case Device::Sim:
+      return sim::reset_peak();
+    case Device::CUDA: {
+#ifdef PN_HAVE_CUDA
+      uint64_t zero = 0;  // the pool's high-water mark restarts from what it holds now
+      CUDA_CHECK(cudaMemPoolSetAttribute(default_pool(), cudaMemPoolAttrUsedMemHigh, &zero));
+#endif
+      return;
+    }
+    default:
+      return;
+  }
 }
 
 void device_memset_zero(void* p, size_t bytes) {

@@ -65,9 +65,12 @@ class DeviceScope {
 void* device_alloc(size_t bytes);
 void device_free(Device device, void* p);
 void device_memset_zero(void* p, size_t bytes);
-// The most GPU memory this process has held at once (CUDA's default pool, which every device
-// allocation here comes from: PyTorch's max_memory_allocated counterpart); 0 off the GPU.
+// The most memory the current device has held at once since the process started or the last
+// device_reset_peak(): on a GPU CUDA's default pool, which every device allocation here comes
+// from (PyTorch's max_memory_allocated counterpart); on the stand-in its allocator's; 0 on the
+// CPU.
 size_t device_peak_bytes();
+void device_reset_peak();
 // Host -> device, in stream order, from pageable memory: src may be reused or freed as soon as
 // the call returns (the bytes are copied first: on a GPU into pinned memory owned here).
 void copy_to_device(void* dst, const void* src, size_t bytes);

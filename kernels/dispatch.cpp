@@ -133,6 +133,21 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
   }
   generic::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+template <class T>
+void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* bias, bool relu,
+                    T* y) {
+  // bf16 off a GPU: the GEMM through gemm above (its bf16 kernel), then the CPU's bias pass.
+  if constexpr (std::is_same_v<T, float>) {
+    if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA) {
+      gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
+      if (relu && bias) return bias_relu_forward<T>(y, bias, rows, out);
+      if (relu) return relu_forward<T>(y, size_t(rows) * out, y);
+      if (bias) add_bias<T>(y, bias, rows, out);
+      return;
+    }
+  }
+  generic::linear_forward<T>(x, rows, in, out, W, bias, relu, y);
+}
 
 Bf16Weights::Bf16Weights(const float* w, size_t n) {
 #ifdef PN_HAVE_CUDA
@@ -220,6 +235,15 @@ size_t attention_saved_size(int nseq, int seq_len, int d, int heads) {
     default:
       return rows * seq_len;
   }
+}
+
+bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  return attention_path(nseq, seq_len, d, heads) != AttentionPath::cudnn;
+#else
+  (void)nseq, (void)seq_len, (void)d, (void)heads;
+  return true;
+#endif
 }
 
 template <class T>

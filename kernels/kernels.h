@@ -30,6 +30,9 @@ struct LossSums {
 // Elements of attention_forward's `saved` and attention_backward's `scratch` on the current
 // context: nseq*H*T*T where the probabilities are materialized, nseq*H*T where fused.
 size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
+// Whether attention_backward reads its qkv argument on the current context: not where cuDNN's
+// SDPA runs it (its `saved` holds a bf16 copy), so the layer need not keep the fp32 q|k|v.
+bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
 
 // For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside the
 // weights [w, w + n) from one bf16 copy made here, instead of rounding them at every call; on

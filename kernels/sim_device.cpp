@@ -1,7 +1,9 @@
 #include "kernels/sim_device.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -24,6 +26,7 @@ struct Space {
   size_t top = 0;
   std::map<size_t, size_t> free_blocks;  // offset -> bytes
   std::map<size_t, size_t> live;         // offset -> bytes
+  size_t live_bytes = 0, peak_bytes = 0;  // of the blocks, alignment included
   std::vector<std::function<void()>> queue;
   std::mutex mu;
 
@@ -62,6 +65,8 @@ void* alloc(size_t bytes) {
     s.top += want;
   }
   s.live[at] = want;
+  s.live_bytes += want;
+  s.peak_bytes = std::max(s.peak_bytes, s.live_bytes);
   std::memset(s.twin + at, kPoison, want);
   return s.device + at;
 }
@@ -74,10 +79,27 @@ void free(void* p) {
     const size_t at = static_cast<char*>(p) - s.device;
     auto it = s.live.find(at);
     if (it == s.live.end()) throw std::logic_error("sim device: free of an unknown address");
-    madvise(s.twin + at, it->second, MADV_DONTNEED);
+    // Return the block's whole pages to the system. Only those: madvise zeroes whole pages, and
+    // a page the block shares with a live neighbour would lose the neighbour's contents.
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t first = (at + page - 1) / page * page, last = (at + it->second) / page * page;
+    if (last > first) madvise(s.twin + first, last - first, MADV_DONTNEED);
     s.free_blocks[at] = it->second;
+    s.live_bytes -= it->second;
     s.live.erase(it);
   });
+}
+
+size_t peak_bytes() {
+  Space& s = space();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.peak_bytes;
+}
+
+void reset_peak() {
+  Space& s = space();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.peak_bytes = s.live_bytes;
 }
 
 bool owns(const void* p) {

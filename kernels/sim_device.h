@@ -16,6 +16,10 @@ namespace pn::sim {
 void* alloc(size_t bytes);
 void free(void* p);  // queued: kernels queued before it may still use the memory
 bool owns(const void* p);
+// The most memory held at once since the start or the last reset_peak() (a free counts when the
+// queue runs it, as on a GPU's stream).
+size_t peak_bytes();
+void reset_peak();
 // The readable twin of a device address (null stays null; host addresses are returned as they
 // are, so kernels may take host pointers where the real device could, e.g. pinned memory).
 void* real_address(const void* p);

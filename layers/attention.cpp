@@ -1,16 +1,18 @@
 #include "layers/attention.h"
 
+#include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/kernels.h"
 
 namespace pn {
 
 template <class T>
-CausalSelfAttention<T>::CausalSelfAttention(ParamStore<T>& s, const std::string& name, int d,
-                                            int num_heads)
+CausalSelfAttention<T>::CausalSelfAttention(ParamStore<T>& s, Workspace<T>& w,
+                                            const std::string& name, int d, int num_heads)
     : dim(d), heads(num_heads), qkv_proj(s, name + ".qkv_proj", d, 3 * d),
-      out_proj(s, name + ".out_proj", d, d) {
+      out_proj(s, name + ".out_proj", d, d), ws(&w) {
   if (num_heads <= 0 || d % num_heads != 0)
     throw std::invalid_argument("attention heads (" + std::to_string(num_heads) +
                                 ") must divide the model dimension (" + std::to_string(d) + ")");
@@ -21,24 +23,28 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   nseq = num_seq;
   seq_len = seq_length;
   const size_t rows = size_t(nseq) * seq_len;
-  qkv.resize(rows * 3 * dim);
+  // Where the backward reads q|k|v from `saved` (cuDNN's bf16 copy) they are a transient.
+  const bool keep = !std::is_same_v<T, float> ||
+                    k::attention_backward_reads_qkv(nseq, seq_len, dim, heads);
+  T* q = keep ? (qkv.resize(rows * 3 * dim), qkv.data()) : ws->take(ws->qkv, rows * 3 * dim);
+  qkv_saved = keep ? q : nullptr;
   saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));
   ctx.resize(rows * dim);
-  qkv_proj.forward(x, int(rows), qkv.data());
-  k::attention_forward<T>(qkv.data(), nseq, seq_len, dim, heads, saved.data(), ctx.data());
+  qkv_proj.forward(x, int(rows), q);
+  k::attention_forward<T>(q, nseq, seq_len, dim, heads, saved.data(), ctx.data());
   out_proj.forward(ctx.data(), int(rows), y);
 }
 
 template <class T>
 void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx) {
   const size_t rows = size_t(nseq) * seq_len;
-  dctx.resize(rows * dim);
-  dqkv.resize(rows * 3 * dim);
-  scratch.resize(saved.size());
-  out_proj.backward(ctx.data(), dy, int(rows), dctx.data());
-  k::attention_backward<T>(qkv.data(), saved.data(), ctx.data(), dctx.data(), nseq, seq_len, dim,
-                           heads, dqkv.data(), scratch.data());
-  qkv_proj.backward(x, dqkv.data(), int(rows), dx);
+  T* dctx = ws->take(ws->dctx, rows * dim);
+  T* dqkv = ws->take(ws->dqkv, rows * 3 * dim);
+  T* scratch = ws->take(ws->attn_scratch, saved.size());
+  out_proj.backward(ctx.data(), dy, int(rows), dctx);
+  k::attention_backward<T>(qkv_saved, saved.data(), ctx.data(), dctx, nseq, seq_len, dim, heads,
+                           dqkv, scratch);
+  qkv_proj.backward(x, dqkv, int(rows), dx);
 }
 
 template struct CausalSelfAttention<float>;
@@ -46,9 +52,10 @@ template struct CausalSelfAttention<double>;
 
 
 template <class T>
-MultiheadAttention<T>::MultiheadAttention(ParamStore<T>& s, const std::string& name, int d,
-                                          int num_heads, bool is_cross, bool is_causal)
-    : dim(d), heads(num_heads), cross(is_cross), causal(is_causal) {
+MultiheadAttention<T>::MultiheadAttention(ParamStore<T>& s, Workspace<T>& w,
+                                          const std::string& name, int d, int num_heads,
+                                          bool is_cross, bool is_causal)
+    : dim(d), heads(num_heads), cross(is_cross), causal(is_causal), ws(&w) {
   if (num_heads <= 0 || d % num_heads != 0)
     throw std::invalid_argument("attention heads (" + std::to_string(num_heads) +
                                 ") must divide the model dimension (" + std::to_string(d) + ")");
@@ -101,29 +108,27 @@ template <class T>
 void MultiheadAttention<T>::backward(const T* x, const T* mem, const T* dy, T* dx, T* dmem) {
   const size_t rows_q = size_t(nseq) * tq, rows_k = size_t(nseq) * tk;
   const bool drop = dropout_p > 0;
-  dctx.resize(rows_q * dim);
-  scratch.resize(probs.size());
-  out_proj.backward(ctx.data(), dy, int(rows_q), dctx.data());
+  T* dctx = ws->take(ws->dctx, std::max(rows_q, rows_k) * dim);
+  T* scratch = ws->take(ws->attn_scratch, probs.size());
+  out_proj.backward(ctx.data(), dy, int(rows_q), dctx);
   if (cross) {
-    dq.resize(rows_q * dim);
-    dkv.resize(rows_k * 2 * dim);
+    T* dq = ws->take(ws->dq, rows_q * dim);
+    T* dkv = ws->take(ws->dkv, rows_k * 2 * dim);
     k::mha_backward<T>(q.data(), dim, kv.data(), kv.data() + dim, 2 * dim, nseq, tq, tk, dim,
                        heads, causal, key_mask, drop ? keep.data() : nullptr, dropout_p,
-                       probs.data(), drop ? probs_drop.data() : nullptr, dctx.data(), dq.data(),
-                       dkv.data(), dkv.data() + dim, scratch.data());
-    q_proj.backward(x, dq.data(), int(rows_q), dx);
-    // dmem += dkv Wkv: Linear::backward overwrites its dx, so go through scratch.
-    Buf<T>& dm = dctx;  // dctx is no longer needed
-    dm.resize(rows_k * dim);
-    kv_proj.backward(mem, dkv.data(), int(rows_k), dm.data());
-    k::add_inplace<T>(dmem, dm.data(), rows_k * dim);
+                       probs.data(), drop ? probs_drop.data() : nullptr, dctx, dq, dkv,
+                       dkv + dim, scratch);
+    q_proj.backward(x, dq, int(rows_q), dx);
+    // dmem += dkv Wkv: Linear::backward overwrites its dx, so go through dctx, no longer needed.
+    kv_proj.backward(mem, dkv, int(rows_k), dctx);
+    k::add_inplace<T>(dmem, dctx, rows_k * dim);
   } else {
-    dqkv.resize(rows_q * 3 * dim);
+    T* dqkv = ws->take(ws->dqkv, rows_q * 3 * dim);
     k::mha_backward<T>(qkv.data(), 3 * dim, qkv.data() + dim, qkv.data() + 2 * dim, 3 * dim,
                        nseq, tq, tk, dim, heads, causal, key_mask, drop ? keep.data() : nullptr,
-                       dropout_p, probs.data(), drop ? probs_drop.data() : nullptr, dctx.data(),
-                       dqkv.data(), dqkv.data() + dim, dqkv.data() + 2 * dim, scratch.data());
-    qkv_proj.backward(x, dqkv.data(), int(rows_q), dx);
+                       dropout_p, probs.data(), drop ? probs_drop.data() : nullptr, dctx, dqkv,
+                       dqkv + dim, dqkv + 2 * dim, scratch);
+    qkv_proj.backward(x, dqkv, int(rows_q), dx);
   }
 }
 

@@ -1,12 +1,14 @@
 // Causal multi-head self-attention: qkv = x Wqkv^T + bqkv; ctx = softmax(q k^T/sqrt(dh)) v per
-// head with j <= i; y = ctx Wo^T + bo. Caches qkv, ctx and what the attention kernels save
-// (kernels.h attention_saved_size) for the backward.
+// head with j <= i; y = ctx Wo^T + bo. Caches ctx, what the attention kernels save
+// (kernels.h attention_saved_size) and, where the attention backward reads it, qkv for the
+// backward; the backward's inner gradients live in the model's Workspace.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "layers/linear.h"
+#include "layers/workspace.h"
 
 namespace pn {
 
@@ -14,12 +16,15 @@ template <class T>
 struct CausalSelfAttention {
   int dim = 0, heads = 0;
   Linear<T> qkv_proj, out_proj;
+  Workspace<T>* ws = nullptr;
   // activations, reused across steps; saved: the probabilities or, fused, the log-sum-exps
-  Buf<T> qkv, saved, ctx, dqkv, dctx, scratch;
+  Buf<T> qkv, saved, ctx;
+  const T* qkv_saved = nullptr;  // qkv of the last forward where the backward reads it, else null
   int nseq = 0, seq_len = 0;
 
   CausalSelfAttention() = default;
-  CausalSelfAttention(ParamStore<T>& s, const std::string& name, int d, int num_heads);
+  CausalSelfAttention(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d,
+                      int num_heads);
   void forward(const T* x, int num_seq, int seq_length, T* y);
   void backward(const T* x, const T* dy, T* dx);  // same x as forward; dx overwritten
 };
@@ -37,15 +42,16 @@ struct MultiheadAttention {
   Linear<T> qkv_proj;         // self: d -> 3d
   Linear<T> q_proj, kv_proj;  // cross: d -> d, d -> 2d
   Linear<T> out_proj;
-  Buf<T> qkv, q, kv, probs, probs_drop, ctx, dqkv, dq, dkv, dctx, scratch;
+  Workspace<T>* ws = nullptr;
+  Buf<T> qkv, q, kv, probs, probs_drop, ctx;
   Buf<uint8_t> keep;
   const uint8_t* key_mask = nullptr;  // of the last forward (owned by the caller's batch)
   int nseq = 0, tq = 0, tk = 0;
   float dropout_p = 0;
 
   MultiheadAttention() = default;
-  MultiheadAttention(ParamStore<T>& s, const std::string& name, int d, int num_heads,
-                     bool is_cross, bool is_causal);
+  MultiheadAttention(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d,
+                     int num_heads, bool is_cross, bool is_causal);
   // x: [nseq*tq, d]; mem: [nseq*tk, d] (cross only, else ignored and tk = tq).
   // attention_dropout > 0 draws its keep mask from dropout_seed (training only).
   void forward(const T* x, const T* mem, int num_seq, int q_len, int k_len,

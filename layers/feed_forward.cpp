@@ -5,8 +5,9 @@
 namespace pn {
 
 template <class T>
-FeedForward<T>::FeedForward(ParamStore<T>& s, const std::string& name, int d, int ffn_dim)
-    : fc1(s, name + ".fc1", d, ffn_dim), fc2(s, name + ".fc2", ffn_dim, d) {}
+FeedForward<T>::FeedForward(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d,
+                            int ffn_dim)
+    : fc1(s, name + ".fc1", d, ffn_dim), fc2(s, name + ".fc2", ffn_dim, d), ws(&w) {}
 
 template <class T>
 void FeedForward<T>::forward(const T* x, int num_rows, T* y) {
@@ -18,9 +19,9 @@ void FeedForward<T>::forward(const T* x, int num_rows, T* y) {
 
 template <class T>
 void FeedForward<T>::backward(const T* x, const T* dy, T* dx) {
-  dhidden.resize(hidden.size());
-  fc2.backward(hidden.data(), dy, rows, dhidden.data());
-  fc1.backward_relu(x, hidden.data(), dhidden.data(), rows, dx);
+  T* dhidden = ws->take(ws->dhidden, hidden.size());
+  fc2.backward(hidden.data(), dy, rows, dhidden);
+  fc1.backward_relu(x, hidden.data(), dhidden, rows, dx);
 }
 
 template struct FeedForward<float>;

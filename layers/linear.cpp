@@ -14,13 +14,7 @@ Linear<T>::Linear(ParamStore<T>& s, const std::string& name, int in_features, in
 
 template <class T>
 void Linear<T>::forward(const T* x, int rows, T* y, bool relu) const {
-  k::gemm<T>(false, true, rows, out, in, T(1), x, in, store->p(w), in, T(0), y, out);
-  if (relu && b >= 0)
-    k::bias_relu_forward<T>(y, store->p(b), rows, out);
-  else if (relu)
-    k::relu_forward<T>(y, size_t(rows) * out, y);
-  else if (b >= 0)
-    k::add_bias<T>(y, store->p(b), rows, out);
+  k::linear_forward<T>(x, rows, in, out, store->p(w), b >= 0 ? store->p(b) : nullptr, relu, y);
 }
 
 template <class T>

@@ -19,9 +19,9 @@ LanguageModel<T>::LanguageModel(const ModelConfig& c, uint64_t seed, Communicato
     Block& b = blocks[l];
     b.param_begin = params.size();
     b.norm_self = make_norm<T>(c.norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
-    b.attn = CausalSelfAttention<T>(params, p + ".self_attn", c.dim, c.heads);
+    b.attn = CausalSelfAttention<T>(params, workspace, p + ".self_attn", c.dim, c.heads);
     b.norm_ff = make_norm<T>(c.norm_ff, c.dim, params, p + ".final_layer_norm", comm);
-    b.ff = FeedForward<T>(params, p, c.dim, c.ffn_dim);
+    b.ff = FeedForward<T>(params, workspace, p, c.dim, c.ffn_dim);
   }
   final_norm_begin = params.size();
   norm_final = make_norm<T>(c.norm_final, c.dim, params, "layer_norm", comm);
@@ -52,26 +52,27 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
   Buf<T>* h = blocks.empty() ? &h_last : &blocks[0].x;
   h->resize(n);
   embed.forward(tokens.data(), rows, batch.seq_len, h->data());
+  T* branch = workspace.take(workspace.branch, n);  // each branch's output, added at once
   for (size_t l = 0; l < blocks.size(); ++l) {
     Block& b = blocks[l];
     Buf<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
-    b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
+    b.a.resize(n), b.mid.resize(n), b.b.resize(n);
     next.resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
-    b.attn.forward(b.a.data(), batch.nseq, batch.seq_len, b.attn_out.data());
+    b.attn.forward(b.a.data(), batch.nseq, batch.seq_len, branch);
     if (drop) {
       b.keep_attn.resize(n);
       k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
     }
-    k::dropout_add<T>(b.x.data(), b.attn_out.data(), drop ? b.keep_attn.data() : nullptr, p, n,
+    k::dropout_add<T>(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p, n,
                       b.mid.data());
     b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
-    b.ff.forward(b.b.data(), rows, b.ff_out.data());
+    b.ff.forward(b.b.data(), rows, branch);
     if (drop) {
       b.keep_ff.resize(n);
       k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
     }
-    k::dropout_add<T>(b.mid.data(), b.ff_out.data(), drop ? b.keep_ff.data() : nullptr, p, n,
+    k::dropout_add<T>(b.mid.data(), branch, drop ? b.keep_ff.data() : nullptr, p, n,
                       next.data());
   }
   f.resize(n);

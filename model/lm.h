@@ -15,6 +15,7 @@
 #include "layers/embedding.h"
 #include "layers/feed_forward.h"
 #include "layers/norms/norm.h"
+#include "layers/workspace.h"
 
 namespace pn {
 
@@ -41,14 +42,16 @@ struct LanguageModel {
     std::unique_ptr<Norm<T>> norm_self, norm_ff;
     CausalSelfAttention<T> attn;
     FeedForward<T> ff;
-    // activations of the last training forward: block input, norm outputs, branch outputs, mid
-    Buf<T> x, a, attn_out, mid, b, ff_out;
+    // activations of the last training forward: block input, norm outputs, mid (the branch
+    // outputs, which no backward reads, are the workspace's)
+    Buf<T> x, a, mid, b;
     Buf<uint8_t> keep_attn, keep_ff;
     size_t param_begin = 0;  // offset of the block's first parameter in the flat buffer
   };
 
   ModelConfig config;
   ParamStore<T> params;
+  Workspace<T> workspace;  // what the layers need only while one of their calls runs
   Embedding<T> embed;
   std::vector<Block> blocks;
   std::unique_ptr<Norm<T>> norm_final;

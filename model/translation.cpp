@@ -37,9 +37,10 @@ TranslationModel<T>::TranslationModel(const TranslationConfig& c, uint64_t seed,
     EncoderBlock& b = encoder[l];
     b.param_begin = params.size();
     b.norm_self = make_norm<T>(c.enc_norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
-    b.attn = MultiheadAttention<T>(params, p + ".self_attn", c.dim, c.encoder_heads, false, false);
+    b.attn = MultiheadAttention<T>(params, workspace, p + ".self_attn", c.dim, c.encoder_heads,
+                                   false, false);
     b.norm_ff = make_norm<T>(c.enc_norm_ff, c.dim, params, p + ".final_layer_norm", comm);
-    b.ff = FeedForward<T>(params, p, c.dim, c.encoder_ffn_dim);
+    b.ff = FeedForward<T>(params, workspace, p, c.dim, c.encoder_ffn_dim);
   }
   enc_final_begin = params.size();
   enc_norm_final = make_norm<T>(c.enc_norm_final, c.dim, params, "encoder.layer_norm", comm);
@@ -53,13 +54,15 @@ TranslationModel<T>::TranslationModel(const TranslationConfig& c, uint64_t seed,
     b.param_begin = params.size();
     b.norm_self = make_norm<T>(c.dec_norm_self, c.dim, params, p + ".self_attn_layer_norm", comm);
     b.self_attn =
-        MultiheadAttention<T>(params, p + ".self_attn", c.dim, c.decoder_heads, false, true);
+        MultiheadAttention<T>(params, workspace, p + ".self_attn", c.dim, c.decoder_heads, false,
+                              true);
     b.norm_cross =
         make_norm<T>(c.dec_norm_cross, c.dim, params, p + ".encoder_attn_layer_norm", comm);
     b.cross_attn =
-        MultiheadAttention<T>(params, p + ".encoder_attn", c.dim, c.decoder_heads, true, false);
+        MultiheadAttention<T>(params, workspace, p + ".encoder_attn", c.dim, c.decoder_heads,
+                              true, false);
     b.norm_ff = make_norm<T>(c.dec_norm_ff, c.dim, params, p + ".final_layer_norm", comm);
-    b.ff = FeedForward<T>(params, p, c.dim, c.decoder_ffn_dim);
+    b.ff = FeedForward<T>(params, workspace, p, c.dim, c.decoder_ffn_dim);
   }
   dec_final_begin = params.size();
   dec_norm_final = make_norm<T>(c.dec_norm_final, c.dim, params, "decoder.layer_norm", comm);
@@ -103,29 +106,30 @@ void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint
     k::dropout_mask(seed + kSrcEmbed, n, p, keep_src_embed.data());
     k::dropout_apply<T>(h->data(), keep_src_embed.data(), n, p);
   }
+  T* branch = workspace.take(workspace.branch, n);  // each branch's output, added at once
   for (size_t l = 0; l < encoder.size(); ++l) {
     EncoderBlock& b = encoder[l];
     const uint64_t site = seed + kFirstBlock + kEncSites * l;
     Buf<T>& next = l + 1 < encoder.size() ? encoder[l + 1].x : enc_h;
-    b.a.resize(n), b.attn_out.resize(n), b.mid.resize(n), b.b.resize(n), b.ff_out.resize(n);
+    b.a.resize(n), b.mid.resize(n), b.b.resize(n);
     next.resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
-    b.attn.forward(b.a.data(), nullptr, batch.nseq, batch.src_len, batch.src_len, mask,
-                   b.attn_out.data(), pa, site);
+    b.attn.forward(b.a.data(), nullptr, batch.nseq, batch.src_len, batch.src_len, mask, branch,
+                   pa, site);
     if (drop) {
       b.keep_attn.resize(n);
       k::dropout_mask(site + 1, n, p, b.keep_attn.data());
-      k::dropout_apply<T>(b.attn_out.data(), b.keep_attn.data(), n, p);
+      k::dropout_apply<T>(branch, b.keep_attn.data(), n, p);
     }
-    k::add<T>(b.x.data(), b.attn_out.data(), n, b.mid.data());
+    k::add<T>(b.x.data(), branch, n, b.mid.data());
     b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
-    b.ff.forward(b.b.data(), rows, b.ff_out.data());
+    b.ff.forward(b.b.data(), rows, branch);
     if (drop) {
       b.keep_ff.resize(n);
       k::dropout_mask(site + 2, n, p, b.keep_ff.data());
-      k::dropout_apply<T>(b.ff_out.data(), b.keep_ff.data(), n, p);
+      k::dropout_apply<T>(branch, b.keep_ff.data(), n, p);
     }
-    k::add<T>(b.mid.data(), b.ff_out.data(), n, next.data());
+    k::add<T>(b.mid.data(), branch, n, next.data());
   }
   enc_out.resize(n);
   enc_norm_final->forward(enc_h.data(), mask, rows, enc_out.data(), training);
@@ -152,32 +156,33 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
     k::dropout_apply<T>(h->data(), keep_tgt_embed.data(), n, p);
   }
   const uint64_t dec_base = seed + kFirstBlock + kEncSites * encoder.size();
-  auto dropout = [&](Buf<T>& y, Buf<uint8_t>& keep, uint64_t s) {
+  // Each branch's output, dropped out and added at once.
+  T* branch = workspace.take(workspace.branch, n);
+  auto dropout = [&](Buf<uint8_t>& keep, uint64_t s) {
     if (!drop) return;
     keep.resize(n);
     k::dropout_mask(s, n, p, keep.data());
-    k::dropout_apply<T>(y.data(), keep.data(), n, p);
+    k::dropout_apply<T>(branch, keep.data(), n, p);
   };
   for (size_t l = 0; l < decoder.size(); ++l) {
     DecoderBlock& b = decoder[l];
     const uint64_t site = dec_base + kDecSites * l;
     Buf<T>& next = l + 1 < decoder.size() ? decoder[l + 1].x : dec_h;
-    for (Buf<T>* v : {&b.a, &b.self_out, &b.m1, &b.c, &b.cross_out, &b.m2, &b.b, &b.ff_out, &next})
-      v->resize(n);
+    for (Buf<T>* v : {&b.a, &b.m1, &b.c, &b.m2, &b.b, &next}) v->resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
     b.self_attn.forward(b.a.data(), nullptr, batch.nseq, batch.tgt_len, batch.tgt_len, nullptr,
-                        b.self_out.data(), pa, site);
-    dropout(b.self_out, b.keep_self, site + 1);
-    k::add<T>(b.x.data(), b.self_out.data(), n, b.m1.data());
+                        branch, pa, site);
+    dropout(b.keep_self, site + 1);
+    k::add<T>(b.x.data(), branch, n, b.m1.data());
     b.norm_cross->forward(b.m1.data(), mask, rows, b.c.data(), training);
     b.cross_attn.forward(b.c.data(), enc_out.data(), batch.nseq, batch.tgt_len, batch.src_len,
-                         src_mask.data(), b.cross_out.data(), pa, site + 2);
-    dropout(b.cross_out, b.keep_cross, site + 3);
-    k::add<T>(b.m1.data(), b.cross_out.data(), n, b.m2.data());
+                         src_mask.data(), branch, pa, site + 2);
+    dropout(b.keep_cross, site + 3);
+    k::add<T>(b.m1.data(), branch, n, b.m2.data());
     b.norm_ff->forward(b.m2.data(), mask, rows, b.b.data(), training);
-    b.ff.forward(b.b.data(), rows, b.ff_out.data());
-    dropout(b.ff_out, b.keep_ff, site + 4);
-    k::add<T>(b.m2.data(), b.ff_out.data(), n, next.data());
+    b.ff.forward(b.b.data(), rows, branch);
+    dropout(b.keep_ff, site + 4);
+    k::add<T>(b.m2.data(), branch, n, next.data());
   }
   f.resize(n);
   dec_norm_final->forward(dec_h.data(), mask, rows, f.data(), training);

@@ -25,6 +25,7 @@
 #include "layers/embedding.h"
 #include "layers/feed_forward.h"
 #include "layers/norms/norm.h"
+#include "layers/workspace.h"
 
 namespace pn {
 
@@ -57,7 +58,7 @@ struct TranslationModel {
     std::unique_ptr<Norm<T>> norm_self, norm_ff;
     MultiheadAttention<T> attn;
     FeedForward<T> ff;
-    Buf<T> x, a, attn_out, mid, b, ff_out;  // activations of the last forward
+    Buf<T> x, a, mid, b;  // activations of the last forward (branch outputs: the workspace's)
     Buf<uint8_t> keep_attn, keep_ff;
     size_t param_begin = 0;
   };
@@ -65,13 +66,14 @@ struct TranslationModel {
     std::unique_ptr<Norm<T>> norm_self, norm_cross, norm_ff;
     MultiheadAttention<T> self_attn, cross_attn;
     FeedForward<T> ff;
-    Buf<T> x, a, self_out, m1, c, cross_out, m2, b, ff_out;
+    Buf<T> x, a, m1, c, m2, b;
     Buf<uint8_t> keep_self, keep_cross, keep_ff;
     size_t param_begin = 0;
   };
 
   TranslationConfig config;
   ParamStore<T> params;
+  Workspace<T> workspace;  // what the layers need only while one of their calls runs
   Embedding<T> embed_src, embed_tgt;  // embed_tgt unused (table == -1) when shared
   std::vector<EncoderBlock> encoder;
   std::vector<DecoderBlock> decoder;

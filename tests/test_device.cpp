@@ -24,6 +24,7 @@
 #include "kernels/kernels.h"
 #include "kernels/sim_device.h"
 #include "lm_fixtures.h"
+#include "model/lm.h"
 #include "test_translation_fixtures.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
@@ -393,6 +394,8 @@ TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
     DeviceScope scope(Device::CUDA, 0, GemmMath::bf16);
     current_context().attention = paths[p];
     ASSERT_EQ(k::attention_saved_size(1, 16, 64, 2), saved[p]);
+    // cuDNN's backward reads its bf16 copy: the fp32 q|k|v is the workspace's, shared by the layers.
+    EXPECT_EQ(k::attention_backward_reads_qkv(1, 16, 64, 2), p != 2);
     auto comm = make_single_communicator();
     Trainer t(o, *comm, test::builtin());
     losses[p] = t.train().losses;
@@ -405,6 +408,69 @@ TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
     SCOPED_TRACE(p == 1 ? "flash" : "cuDNN");
     EXPECT_NEAR(tail[p], tail[0], 0.02 * tail[0]);
     EXPECT_NE(losses[p], losses[0]) << "the fused attention did not run";
+  }
+}
+
+// The most memory held at once over one training step of an LM of `layers` layers on the
+// current device (d 64, 2 heads, FFN 256, 2 x 128 tokens, dropout 0.1), and its parameter count.
+std::pair<size_t, size_t> peak_of_one_step(int layers) {
+  const int nseq = 2, T = 128, rows = nseq * T;
+  auto comm = make_single_communicator();
+  Batch batch;
+  batch.nseq = nseq, batch.seq_len = T;
+  for (int i = 0; i < rows; ++i) {
+    batch.tokens.push_back(1 + i % 40);
+    batch.targets.push_back(1 + (i * 7) % 40);
+    batch.mask.push_back(1);
+  }
+  synchronize();
+  device_reset_peak();
+  ModelConfig c;
+  c.vocab = 48, c.layers = layers, c.dim = 64, c.heads = 2, c.ffn_dim = 256;
+  c.max_len = T, c.dropout = 0.1;
+  LanguageModel<float> m(c, 1, comm.get());
+  m.forward_backward(batch, 1.0f, 7);  // returns the loss sums: synchronised
+  return {device_peak_bytes(), m.params.size()};
+}
+
+// A layer keeps for the backward only what the backward reads (its norms' outputs, mid, ctx,
+// what the attention saves, q|k|v where the attention backward reads them, the hidden layer,
+// the dropout masks, the norms' statistics, its parameters and their gradients); the gradients
+// of its inner activations, the branch outputs and q|k|v where cuDNN's backward reads its own
+// bf16 copy are the model's one Workspace. Measured as the device's peak memory over one step
+// of a 3-layer model less that of a 1-layer one: two layers' worth of exactly those buffers.
+// Every layer keeping its own transients would add about 80% to the activations.
+// On the stand-in (fp32, materialized attention) to the byte as its allocator rounds; on a GPU
+// in bf16, on cuDNN's attention where it runs the shape (the CUDA emulation's too).
+TEST(Devices, ALayerKeepsOnlyWhatItsBackwardReads) {
+  const int nseq = 2, T = 128, d = 64, H = 2, ffn = 256, rows = nseq * T;
+  const size_t n = size_t(rows) * d, f = sizeof(float);
+  for (Device device : {Device::Sim, Device::CUDA}) {
+    if (device == Device::CUDA && !cuda_unavailable_reason().empty()) continue;
+    SCOPED_TRACE(device_name(device));
+    const bool gpu = device == Device::CUDA;
+    DeviceScope scope(device, 0, gpu ? GemmMath::bf16 : GemmMath::fp32);
+    const auto [peak1, params1] = peak_of_one_step(1);
+    const auto [peak3, params3] = peak_of_one_step(3);
+    // One buffer of `bytes`: on the stand-in 256-byte multiples and a 256-byte guard.
+    auto block = [gpu](size_t bytes) { return gpu ? bytes : (bytes + 255) / 256 * 256 + 256; };
+    const bool keeps_qkv = k::attention_backward_reads_qkv(nseq, T, d, H);
+    if (!gpu) {
+      EXPECT_TRUE(keeps_qkv);
+    }
+    const size_t per_layer = block(n * f) * 4                // x, norm output a, mid, norm output b
+                             + (keeps_qkv ? block(3 * n * f) : 0)  // q|k|v
+                             + block(n * f)                        // ctx
+                             + block(k::attention_saved_size(nseq, T, d, H) * f)
+                             + block(size_t(rows) * ffn * f)  // the hidden layer
+                             + block(n) * 2                   // the two dropout masks
+                             + block(size_t(rows) * f) * 4;   // two norms' mean and rstd
+    // Values and gradients, and on a bf16 GPU the weights' bf16 copy.
+    const size_t param_bytes = (params3 - params1) * (2 * f + (gpu ? 2 : 0));
+    const double measured = double(peak3) - double(peak1);
+    const double expected = double(2 * per_layer + param_bytes);
+    EXPECT_NEAR(measured, expected, gpu ? 0.02 * expected : 4096)
+        << "peak " << peak1 << " -> " << peak3 << " bytes";
   }
 }
 

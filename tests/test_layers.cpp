@@ -87,7 +87,8 @@ TEST(Embedding, PositionsAreSinusoidal) {
 TEST(Attention, GradientMatchesFiniteDifferences) {
   const int nseq = 2, T = 5, d = 8, H = 2, rows = nseq * T;
   ParamStore<double> s;
-  CausalSelfAttention<double> att(s, "attn", d, H);
+  Workspace<double> ws;
+  CausalSelfAttention<double> att(s, ws, "attn", d, H);
   s.allocate(9);
   randomize(s, 10);
   auto x = randn(size_t(rows) * d, 11), w = randn(size_t(rows) * d, 12);
@@ -107,7 +108,8 @@ TEST(Attention, IsCausal) {
   // Changing the last token must leave every earlier output unchanged.
   const int T = 6, d = 4, H = 1;
   ParamStore<double> s;
-  CausalSelfAttention<double> att(s, "attn", d, H);
+  Workspace<double> ws;
+  CausalSelfAttention<double> att(s, ws, "attn", d, H);
   s.allocate(13);
   auto x = randn(size_t(T) * d, 14);
   std::vector<double> y1(T * d), y2(T * d);
@@ -123,7 +125,8 @@ TEST(Attention, IsCausal) {
 TEST(FeedForward, GradientMatchesFiniteDifferences) {
   const int rows = 6, d = 5, f = 9;
   ParamStore<double> s;
-  FeedForward<double> ff(s, "ff", d, f);
+  Workspace<double> ws;
+  FeedForward<double> ff(s, ws, "ff", d, f);
   s.allocate(15);
   randomize(s, 16);
   auto x = randn(size_t(rows) * d, 17), w = randn(size_t(rows) * d, 18);

@@ -21,6 +21,7 @@
 // after the first steps no call allocates. One host thread per process issues these kernels, and
 // calls that use scratch must not run concurrently on two streams (they share the pool).
 #pragma once
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -51,6 +52,10 @@ struct Blas {
   __nv_bfloat16* weights16 = nullptr;
   size_t weights16_capacity = 0;
   size_t weights16_reads = 0;  // operands served from the copy (the tests count them)
+  // linear_forward's cuBLASLt handle and its per-shape plans (device.cu), made on first use.
+  cublasLtHandle_t lt = nullptr;
+  void* lt_plans = nullptr;
+  size_t lt_calls = 0;  // linear_forwards whose bias and ReLU ran in cuBLASLt's epilogue
   explicit Blas(cudaStream_t s, GemmMath m = GemmMath::fp32);
   ~Blas();
   Blas(const Blas&) = delete;
