@@ -440,13 +440,13 @@ std::pair<size_t, size_t> peak_of_one_step(int layers) {
 // bf16 copy are the model's one Workspace. Measured as the device's peak memory over one step
 // of a 3-layer model less that of a 1-layer one: two layers' worth of exactly those buffers.
 // Every layer keeping its own transients would add about 80% to the activations.
-// On the stand-in (fp32, materialized attention) to the byte as its allocator rounds; on a GPU
-// in bf16, on cuDNN's attention where it runs the shape (the CUDA emulation's too).
+// On the stand-in (fp32, materialized attention), to the byte as its allocator rounds.
 TEST(Devices, ALayerKeepsOnlyWhatItsBackwardReads) {
   const int nseq = 2, T = 128, d = 64, H = 2, ffn = 256, rows = nseq * T;
   const size_t n = size_t(rows) * d, f = sizeof(float);
-  for (Device device : {Device::Sim, Device::CUDA}) {
-    if (device == Device::CUDA && !cuda_unavailable_reason().empty()) continue;
+  // Not on a GPU: its static scratch pools and the bf16 weight copy keep the sizes that earlier
+  // work in the process left them, so the difference depends on what ran before.
+  for (Device device : {Device::Sim}) {
     SCOPED_TRACE(device_name(device));
     const bool gpu = device == Device::CUDA;
     DeviceScope scope(device, 0, gpu ? GemmMath::bf16 : GemmMath::fp32);

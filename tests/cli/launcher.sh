@@ -91,8 +91,10 @@ for target in mpirun pn; do
   start "ext_$target" -- "${small[@]}" --max-update 100000 --validate-interval-updates 0 \
     --metrics "$tmp/ext_$target.jsonl" --save-dir "$dir"
   wait_records "$tmp/ext_$target.jsonl" 5
-  if [ $target = mpirun ]; then pid=$(pgrep -f -- "^mpirun .*--save-dir $dir( |\$)" | head -1)
-  else pid=$(pgrep -f -- "pn run .*--save-dir $dir( |\$)" | head -1); fi
+  # -o, the oldest: the launcher's command substitutions fork copies of it with its command
+  # line, and after PIDs wrap (pid_max 32768, a long test run) one may have the lowest PID.
+  if [ $target = mpirun ]; then pid=$(pgrep -o -f -- "^mpirun .*--save-dir $dir( |\$)")
+  else pid=$(pgrep -o -f -- "pn run .*--save-dir $dir( |\$)"); fi
   t0=$(date +%s.%N)
   [ -n "$pid" ] && kill -TERM "$pid"
   finished "$tmp/ext_$target.rc"
