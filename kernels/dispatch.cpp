@@ -136,17 +136,20 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
 template <class T>
 void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* bias, bool relu,
                     T* y) {
-  // bf16 off a GPU: the GEMM through gemm above (its bf16 kernel), then the CPU's bias pass.
-  if constexpr (std::is_same_v<T, float>) {
-    if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA) {
-      gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
-      if (relu && bias) return bias_relu_forward<T>(y, bias, rows, out);
-      if (relu) return relu_forward<T>(y, size_t(rows) * out, y);
-      if (bias) add_bias<T>(y, bias, rows, out);
+#ifdef PN_HAVE_CUDA
+  // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape.
+  if constexpr (std::is_same_v<T, float>)
+    if (current_device() == Device::CUDA && (bias || relu) &&
+        cuda::linear_forward_epilogue(blas(stream()), x, rows, in, out, W, bias, relu, y))
       return;
-    }
-  }
-  generic::linear_forward<T>(x, rows, in, out, W, bias, relu, y);
+#endif
+  gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
+  if (relu && bias)
+    bias_relu_forward<T>(y, bias, rows, out);
+  else if (relu)
+    relu_forward<T>(y, size_t(rows) * out, y);
+  else if (bias)
+    add_bias<T>(y, bias, rows, out);
 }
 
 Bf16Weights::Bf16Weights(const float* w, size_t n) {
@@ -237,14 +240,17 @@ size_t attention_saved_size(int nseq, int seq_len, int d, int heads) {
   }
 }
 
+template <class T>
 bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads) {
 #ifdef PN_HAVE_CUDA
-  return attention_path(nseq, seq_len, d, heads) != AttentionPath::cudnn;
-#else
+  if constexpr (std::is_same_v<T, float>)  // only float takes the fused paths (below)
+    return attention_path(nseq, seq_len, d, heads) != AttentionPath::cudnn;
+#endif
   (void)nseq, (void)seq_len, (void)d, (void)heads;
   return true;
-#endif
 }
+template bool attention_backward_reads_qkv<float>(int, int, int, int);
+template bool attention_backward_reads_qkv<double>(int, int, int, int);
 
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* saved, T* ctx) {

@@ -32,6 +32,7 @@ struct LossSums {
 size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
 // Whether attention_backward reads its qkv argument on the current context: not where cuDNN's
 // SDPA runs it (its `saved` holds a bf16 copy), so the layer need not keep the fp32 q|k|v.
+template <class T>
 bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
 
 // For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside the

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <stdexcept>
-#include <type_traits>
 
 #include "kernels/kernels.h"
 
@@ -24,8 +23,7 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   seq_len = seq_length;
   const size_t rows = size_t(nseq) * seq_len;
   // Where the backward reads q|k|v from `saved` (cuDNN's bf16 copy) they are a transient.
-  const bool keep = !std::is_same_v<T, float> ||
-                    k::attention_backward_reads_qkv(nseq, seq_len, dim, heads);
+  const bool keep = k::attention_backward_reads_qkv<T>(nseq, seq_len, dim, heads);
   T* q = keep ? (qkv.resize(rows * 3 * dim), qkv.data()) : ws->take(ws->qkv, rows * 3 * dim);
   qkv_saved = keep ? q : nullptr;
   saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));

@@ -395,7 +395,7 @@ TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
     current_context().attention = paths[p];
     ASSERT_EQ(k::attention_saved_size(1, 16, 64, 2), saved[p]);
     // cuDNN's backward reads its bf16 copy: the fp32 q|k|v is the workspace's, shared by the layers.
-    EXPECT_EQ(k::attention_backward_reads_qkv(1, 16, 64, 2), p != 2);
+    EXPECT_EQ(k::attention_backward_reads_qkv<float>(1, 16, 64, 2), p != 2);
     auto comm = make_single_communicator();
     Trainer t(o, *comm, test::builtin());
     losses[p] = t.train().losses;
@@ -454,7 +454,7 @@ TEST(Devices, ALayerKeepsOnlyWhatItsBackwardReads) {
     const auto [peak3, params3] = peak_of_one_step(3);
     // One buffer of `bytes`: on the stand-in 256-byte multiples and a 256-byte guard.
     auto block = [gpu](size_t bytes) { return gpu ? bytes : (bytes + 255) / 256 * 256 + 256; };
-    const bool keeps_qkv = k::attention_backward_reads_qkv(nseq, T, d, H);
+    const bool keeps_qkv = k::attention_backward_reads_qkv<float>(nseq, T, d, H);
     if (!gpu) {
       EXPECT_TRUE(keeps_qkv);
     }

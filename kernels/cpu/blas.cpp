@@ -25,23 +25,6 @@ void gemm<double>(bool ta, bool tb, int M, int N, int K, double alpha, const dou
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-// The GEMM, then one pass for the bias and the ReLU (kernels/cpu/elementwise.cpp).
-template <class T>
-void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* bias, bool relu,
-                    T* y) {
-  gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
-  if (relu && bias)
-    bias_relu_forward<T>(y, bias, rows, out);
-  else if (relu)
-    relu_forward<T>(y, size_t(rows) * out, y);
-  else if (bias)
-    add_bias<T>(y, bias, rows, out);
-}
-template void linear_forward<float>(const float*, int, int, int, const float*, const float*, bool,
-                                    float*);
-template void linear_forward<double>(const double*, int, int, int, const double*, const double*,
-                                     bool, double*);
-
 namespace {
 // The rows x cols row-major block at p (leading dimension ld), rounded to bf16, packed in out.
 void round_block_to_bf16(const float* p, int rows, int cols, int ld, std::vector<float>* out) {

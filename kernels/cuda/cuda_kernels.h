@@ -75,6 +75,13 @@ struct Blas {
 #undef PN_OP
 
 // ---- CUDA-only building blocks --------------------------------------------------------------
+// k::linear_forward (y = x W^T + bias, ReLU'd where relu) in one cuBLASLt matmul with the bias
+// and the ReLU in its epilogue; false where cuBLASLt has no algorithm for the shape or refuses
+// the call (k::linear_forward then runs gemm and one pass; at most the bf16 roundings of the
+// operands were queued, which gemm makes again).
+bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out, const float* W,
+                             const float* bias, bool relu, float* y);
+
 // batch independent GEMMs, operand i at A + i*stride_a (and so on); under bf16 math cuBLAS's
 // CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands (the materialized attention's per-head GEMMs,
 // strided views that a conversion per head would copy).

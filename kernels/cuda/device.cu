@@ -240,10 +240,12 @@ LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue,
   return p;
 }
 
-// linear_forward in one cuBLASLt call, the bias and ReLU in its epilogue; false where cuBLASLt
-// has no algorithm for the shape or refuses the call (nothing was queued then).
-bool linear_forward_lt(Blas& b, const float* x, int rows, int in, int out, const float* W,
-                       const float* bias, bool relu, float* y) {
+}  // namespace
+
+bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out, const float* W,
+                             const float* bias, bool relu, float* y) {
+  if (rows == 0 || out == 0) return true;
+  if (in == 0) return false;  // no products: gemm writes the zeros
   const cublasLtEpilogue_t epilogue =
       bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
   const bool bf16 = b.math == GemmMath::bf16;
@@ -271,22 +273,6 @@ bool linear_forward_lt(Blas& b, const float* x, int rows, int in, int out, const
   }
   ++b.lt_calls;
   return true;
-}
-}  // namespace
-
-// y = x W^T + b, then ReLU where asked: on cuBLASLt with the bias and the ReLU in the GEMM's
-// epilogue where it runs the shape, else the GEMM and one fused pass (the CPU's composition).
-void linear_forward(Blas& b, const float* x, int rows, int in, int out, const float* W,
-                    const float* bias, bool relu, float* y) {
-  if (rows == 0 || out == 0) return;
-  if (in > 0 && (bias || relu) && linear_forward_lt(b, x, rows, in, out, W, bias, relu, y)) return;
-  gemm(b, false, true, rows, out, in, 1.f, x, in, W, in, 0.f, y, out);
-  if (relu && bias)
-    bias_relu_forward(y, bias, rows, out, b.stream);
-  else if (relu)
-    relu_forward(y, size_t(rows) * out, y, b.stream);
-  else if (bias)
-    add_bias(y, bias, rows, out, b.stream);
 }
 
 void gemm_strided_batched(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha,
