@@ -141,7 +141,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                                     C, ct, ldc, 0, 1, compute, algo);
 }
 
-// ---- cuBLASLt: one matmul with a bias (and ReLU) epilogue ------------------------------------
+// ---- cuBLASLt: one matmul with a bias (and ReLU) epilogue, or a bias gradient ----------------
 #include "cublasLt.h"
 
 struct cublasLtContext {};
@@ -149,7 +149,7 @@ struct cublasLtMatmulDescOpaque {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;
+  float* bias = nullptr;  // read by BIAS, written by BGRADB
 };
 struct cublasLtMatrixLayoutOpaque {
   cudaDataType_t type = CUDA_R_32F;
@@ -193,7 +193,7 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
-      d->bias = *static_cast<const float* const*>(buf);
+      d->bias = *static_cast<float* const*>(buf);
       return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
@@ -239,7 +239,8 @@ cublasStatus_t lt_check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixL
   if (k != kb || c.rows != m || c.cols != n || dl.rows != m || dl.cols != n)
     return CUBLAS_STATUS_INVALID_VALUE;
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_RELU &&
-      d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_RELU_BIAS)
+      d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_RELU_BIAS &&
+      d.epilogue != CUBLASLT_EPILOGUE_BGRADB)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   return check(d.ta, d.tb, int(m), int(n), int(k), int(a.ld), int(b.ld), int(dl.ld), a.type,
                b.type, dl.type, d.compute);
@@ -269,7 +270,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   if (cublasStatus_t st = lt_check(*d, *a, *b, *c, *dl)) return st;
   const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   const bool relu = d->epilogue == CUBLASLT_EPILOGUE_RELU || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
-  if (bias && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+  const bool bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+  if ((bias || bgrad) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
   if (C != D && *static_cast<const float*>(beta) != 0.f) return CUBLAS_STATUS_NOT_SUPPORTED;
   const cublasLtMatmulDescOpaque desc = *d;  // the call's attributes, as the GPU reads them now
   const cublasLtMatrixLayoutOpaque la = *a, lb = *b, ld = *dl;
@@ -280,6 +282,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     float* out = static_cast<float*>(D);
     gemm_one(desc.ta, desc.tb, m, n, k, al, A, la.type, int(la.ld), B, int(lb.ld), be, out,
              int(ld.ld), desc.compute);
+    if (bgrad) {  // bias[j] = sum over k of op(B)[., j], as B's elements read (before rounding)
+      const bool bn = desc.tb == CUBLAS_OP_N;
+      const std::vector<float> bv = load(B, lb.type, bn ? k : n, bn ? n : k, int(lb.ld),
+                                         CUBLAS_COMPUTE_32F);
+      for (int j = 0; j < n; ++j) {
+        float sum = 0.f;
+        for (int kk = 0; kk < k; ++kk) sum += bn ? bv[size_t(j) * k + kk] : bv[size_t(kk) * n + j];
+        desc.bias[j] = sum;
+      }
+      return;
+    }
     // The epilogue on the fp32 result: + bias[row], then max(., 0).
     for (int col = 0; col < n; ++col)
       for (int row = 0; row < m; ++row) {

@@ -1,6 +1,7 @@
 // cuBLASLt emulated on OpenBLAS (-DPN_CUDA_EMULATE=ON): the subset kernels/cuda calls, one
-// matmul with a bias (and ReLU) epilogue, D = epilogue(alpha op(A) op(B) + beta C), column-major
-// as cuBLASLt reads it, with the operand rounding of the compute type; run in stream order.
+// matmul with a bias (and ReLU) epilogue, D = epilogue(alpha op(A) op(B) + beta C), or with the
+// bias gradient of B (BGRADB: bias[j] = sum_k op(B)[k, j], written), column-major as cuBLASLt
+// reads it, with the operand rounding of the compute type; run in stream order.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,7 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_RELU = 2,
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_RELU_BIAS = 6,
+  CUBLASLT_EPILOGUE_BGRADB = 512,
 };
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,

@@ -133,15 +133,35 @@ void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, c
   }
   generic::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
+#ifdef PN_HAVE_CUDA
+namespace {
+// "pntrain: <what>: <line()>" on stderr the first time a process reaches it: which library ran
+// an operation, for a GPU check to read (the line is made only that once; this runs every call).
+template <class Line>
+void say_once(std::once_flag& flag, const char* what, const Line& line) {
+  std::call_once(flag, [&] {
+    std::fprintf(stderr, "pntrain: %s: %s\n", what, std::string(line()).c_str());
+  });
+}
+std::once_flag lt_forward_said, lt_backward_said;
+}  // namespace
+#endif
+
 template <class T>
 void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* bias, bool relu,
                     T* y) {
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape.
   if constexpr (std::is_same_v<T, float>)
-    if (current_device() == Device::CUDA && (bias || relu) &&
-        cuda::linear_forward_epilogue(blas(stream()), x, rows, in, out, W, bias, relu, y))
-      return;
+    if (current_device() == Device::CUDA && (bias || relu)) {
+      const bool ran =
+          cuda::linear_forward_epilogue(blas(stream()), x, rows, in, out, W, bias, relu, y);
+      say_once(lt_forward_said, "a Linear's bias and ReLU", [&] {
+        return ran ? "in cuBLASLt's epilogue"
+                   : "a pass after the GEMM (cuBLASLt has no epilogue for the shape)";
+      });
+      if (ran) return;
+    }
 #endif
   gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
   if (relu && bias)
@@ -152,19 +172,41 @@ void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* 
     add_bias<T>(y, bias, rows, out);
 }
 
-Bf16Weights::Bf16Weights(const float* w, size_t n) {
+template <class T>
+void linear_backward(const T* x, const T* dy, int rows, int in, int out, const T* W, T* dx,
+                     T* dW, T* db) {
+  const Bf16Copy dy16(dy, size_t(rows) * out);  // bf16 GEMMs: dy rounded once for both
+  if (dx) gemm<T>(false, false, rows, in, out, T(1), dy, out, W, in, T(0), dx, in);
+#ifdef PN_HAVE_CUDA
+  // A GPU: the bias gradient in cuBLASLt's epilogue where it runs the shape.
+  if constexpr (std::is_same_v<T, float>)
+    if (current_device() == Device::CUDA && db) {
+      const bool ran =
+          cuda::linear_weight_grad_epilogue(blas(stream()), x, dy, rows, in, out, dW, db);
+      say_once(lt_backward_said, "a Linear's bias gradient", [&] {
+        return ran ? "in cuBLASLt's epilogue (BGRADB) of the weight gradient"
+                   : "a pass after the GEMM (cuBLASLt has no BGRADB for the shape)";
+      });
+      if (ran) return;
+    }
+#endif
+  gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dW, in);
+  if (db) bias_grad<T>(dy, rows, out, db);
+}
+
+Bf16Copy::Bf16Copy(const float* x, size_t n) {
 #ifdef PN_HAVE_CUDA
   const Context& c = current_context();
   if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 || !c.blas) return;
   blas_ = c.blas;
-  cuda::set_bf16_weights(*static_cast<cuda::Blas*>(blas_), w, n);
+  cuda::push_bf16_copy(*static_cast<cuda::Blas*>(blas_), x, n);
 #else
-  (void)w, (void)n;
+  (void)x, (void)n;
 #endif
 }
-Bf16Weights::~Bf16Weights() {
+Bf16Copy::~Bf16Copy() {
 #ifdef PN_HAVE_CUDA
-  if (blas_) cuda::set_bf16_weights(*static_cast<cuda::Blas*>(blas_), nullptr, 0);
+  if (blas_) cuda::pop_bf16_copy(*static_cast<cuda::Blas*>(blas_));
 #endif
 }
 
@@ -185,13 +227,11 @@ namespace {
 enum class AttentionPath { materialized, flash, cudnn };
 #ifdef PN_HAVE_CUDA
 // The first fused choice of a process, on stderr: which library ran the attention, and why
-// not cuDNN where it did not. The line is made only that once (this runs at every call).
+// not cuDNN where it did not.
 std::once_flag attention_said;  // one flag for every caller (each lambda is its own template)
 template <class Line>
 void say_once(const Line& line) {
-  std::call_once(attention_said, [&] {
-    std::fprintf(stderr, "pntrain: attention: %s\n", std::string(line()).c_str());
-  });
+  say_once(attention_said, "attention", line);
 }
 #endif
 AttentionPath attention_path(int nseq, int seq_len, int d, int heads) {

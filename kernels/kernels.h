@@ -35,17 +35,18 @@ size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
 template <class T>
 bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
 
-// For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside the
-// weights [w, w + n) from one bf16 copy made here, instead of rounding them at every call; on
-// every other context (and for double) nothing happens. The weights must not change meanwhile:
-// the models hold one over a forward and its backward.
-class Bf16Weights {
+// For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside
+// [x, x + n) from one bf16 copy made here, instead of rounding them at every call; on every other
+// context (and for double) nothing happens. x must not change meanwhile. The models hold one over
+// the weights for a forward and its backward; a Linear over its output gradient, which both of
+// its backward GEMMs read. Scopes nest (the innermost copy that holds an operand serves it).
+class Bf16Copy {
  public:
-  Bf16Weights(const float* w, size_t n);
-  Bf16Weights(const double*, size_t) {}
-  ~Bf16Weights();
-  Bf16Weights(const Bf16Weights&) = delete;
-  Bf16Weights& operator=(const Bf16Weights&) = delete;
+  Bf16Copy(const float* x, size_t n);
+  Bf16Copy(const double*, size_t) {}
+  ~Bf16Copy();
+  Bf16Copy(const Bf16Copy&) = delete;
+  Bf16Copy& operator=(const Bf16Copy&) = delete;
 
  private:
   void* blas_ = nullptr;  // the context's cuda::Blas where a copy was made

@@ -57,6 +57,7 @@ void Embedding<T>::output_forward(const T* h, int rows, T* logits, int ld) const
 
 template <class T>
 void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const {
+  const k::Bf16Copy dlogits16(dlogits, size_t(rows) * ld);  // bf16 GEMMs: rounded once for both
   k::gemm<T>(false, false, rows, dim, padded_vocab, T(1), dlogits, ld, store->p(table), dim,
              T(0), dh, dim);
   k::gemm<T>(true, false, padded_vocab, dim, rows, T(1), dlogits, ld, h, dim, T(1),

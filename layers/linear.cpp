@@ -18,24 +18,19 @@ void Linear<T>::forward(const T* x, int rows, T* y, bool relu) const {
 }
 
 template <class T>
-void Linear<T>::backward_weights(const T* x, const T* dy, int rows, T* dx) const {
-  if (dx) k::gemm<T>(false, false, rows, in, out, T(1), dy, out, store->p(w), in, T(0), dx, in);
-  k::gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), store->g(w), in);
-}
-
-template <class T>
 void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx) const {
-  backward_weights(x, dy, rows, dx);
-  if (b >= 0) k::bias_grad<T>(dy, rows, out, store->g(b));
+  k::linear_backward<T>(x, dy, rows, in, out, store->p(w), dx, store->g(w),
+                        b >= 0 ? store->g(b) : nullptr);
 }
 
 template <class T>
 void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx) const {
+  // The ReLU's mask and the bias gradient in one pass over dy, then the GEMMs.
   if (b >= 0)
     k::relu_backward_bias_grad<T>(y, dy, rows, out, store->g(b));
   else
     k::relu_backward<T>(y, dy, size_t(rows) * out, dy);
-  backward_weights(x, dy, rows, dx);
+  k::linear_backward<T>(x, dy, rows, in, out, store->p(w), dx, store->g(w), nullptr);
 }
 
 template struct Linear<float>;

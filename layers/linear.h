@@ -15,16 +15,13 @@ struct Linear {
   Linear() = default;
   Linear(ParamStore<T>& s, const std::string& name, int in_features, int out_features,
          bool bias = true);
-  // relu: y = max(x W^T + b, 0), bias and ReLU in one pass.
+  // relu: y = max(x W^T + b, 0), bias and ReLU in one pass (on a GPU, the GEMM's epilogue).
   void forward(const T* x, int rows, T* y, bool relu = false) const;
   // dx (may be null) is overwritten; parameter gradients accumulate.
   void backward(const T* x, const T* dy, int rows, T* dx) const;
   // Backward of forward(..., relu = true): y is its output and dy the gradient with respect to
   // y, masked in place by the ReLU in the same pass that takes the bias gradient.
   void backward_relu(const T* x, const T* y, T* dy, int rows, T* dx) const;
-
- private:
-  void backward_weights(const T* x, const T* dy, int rows, T* dx) const;  // dx and dW
 };
 
 }  // namespace pn

@@ -86,7 +86,7 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
                                         double* loss_sums, const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  const k::Bf16Weights weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
   forward(batch, true, dropout_seed);
   const auto t1 = clock::now();
   const int rows = batch.rows(), d = config.dim;
@@ -106,14 +106,15 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
   if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
     Block& b = blocks[l];
-    // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch)
-    k::dropout_copy<T>(grad_a.data(), drop ? b.keep_ff.data() : nullptr, p, n, df);
-    b.ff.backward(b.b.data(), df, grad_b.data());
+    // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch;
+    // without dropout the branch's output gradient is the stream's, read where it is)
+    if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_ff.data(), p, n, df);
+    b.ff.backward(b.b.data(), drop ? df : grad_a.data(), grad_b.data());
     b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt mid
     // mid = x + drop(attn(norm_self(x)))
-    k::dropout_copy<T>(grad_a.data(), drop ? b.keep_attn.data() : nullptr, p, n, df);
-    b.attn.backward(b.a.data(), df, grad_b.data());
+    if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_attn.data(), p, n, df);
+    b.attn.backward(b.a.data(), drop ? df : grad_a.data(), grad_b.data());
     b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
     if (grads_ready) grads_ready(b.param_begin);
@@ -130,7 +131,7 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
 
 template <class T>
 void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
-  const k::Bf16Weights weights16(params.data.data(), params.data.size());
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());
   forward(batch, false, 0);
   k::softmax_xent_eval_acc<T>(logits.data(), targets.data(), mask.data(), batch.rows(),
                               config.vocab, embed.logits_ld(), T(config.label_smoothing),

@@ -197,7 +197,7 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
                                            const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  const k::Bf16Weights weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
   forward(batch, true, dropout_seed);
   const auto t1 = clock::now();
   const int rows_t = batch.nseq * batch.tgt_len, rows_s = batch.nseq * batch.src_len;
@@ -273,7 +273,7 @@ template <class T>
 void TranslationModel<T>::evaluate(const ParallelBatch& batch, double* loss_sums, bool training) {
   if (training && config.dropout > 0)
     throw std::logic_error("evaluate(training) is for dropout-free checks");
-  const k::Bf16Weights weights16(params.data.data(), params.data.size());
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());
   forward(batch, training, 0);
   k::softmax_xent_eval_acc<T>(logits.data(), tgt_tok.data(), tgt_mask.data(),
                               batch.nseq * batch.tgt_len, config.tgt_vocab,

@@ -3,22 +3,28 @@
 
     bench/vs_pytorch/compare.py --pntrain build/bin/pntrain [--device cpu|cuda]
         [--configs configs/ptb_small.ini,configs/iwslt_small.ini,...] [--data ../shared/data/ptb]
-        [--norms layer,power] [--ranks 1,2] [--torch eager,compile] [--precisions fp32,bf16]
+        [--norms layer,power] [--ranks 1,2] [--torch eager,compile,plain-eager,plain-compile]
+        [--precisions fp32,bf16]
         [--pntrain-precisions fp32,bf16] [--repeats 3] [--updates 20] [--warmup 5] [--python PY] [--budget-s 0] [--check]
         [--out DIR]
 
 For each config, norm and rank count (CPU: ranks x cores/ranks threads; GPU: one rank): pntrain
 in each of --pntrain-precisions (default fp32; on a GPU also bf16: its GEMMs on bf16 tensor
-cores, fp32 storage and norms), then the PyTorch twin (train_torch.py: the
-same model, batch, optimiser and data, dropout 0; DDP over gloo at several ranks) eager and
-torch.compile'd, in fp32 and in bf16 autocast. Each cell is the median tokens/s of updates
-W+1..W+N of one run; with --repeats K every run is repeated K times (the repeats interleaved, so
-a drift of the machine spreads over all columns) and the table gives the median of the K
-figures with their range. Also: the peak RSS of rank 0, pntrain / PyTorch for each column
-(pntrain in the column's precision where it ran, else in fp32), and on a GPU the peak GPU
-memory of both (pntrain's CUDA pool high-water mark, PyTorch's max_memory_allocated) and
-pntrain's model FLOPs utilisation (6N + 6LdT FLOPs per token, as llm.c counts them,
-over the GPU's dense bf16 peak). Writes DIR/compare.json and DIR/table.md. --python is the
+cores, fp32 storage and norms), then the PyTorch twin (train_torch.py: the same model, batch,
+optimiser and data, dropout 0; DDP over gloo at several ranks) eager and torch.compile'd, in
+fp32 and in bf16 autocast, and, for a language model at one rank, the plain PyTorch model of
+the same shape (plain_gpt.py: nn.LayerNorm, scaled_dot_product_attention, F.cross_entropy,
+fused AdamW, random tokens; --torch plain-eager,plain-compile, on by default on a GPU, off on
+the CPU), run once per config and repeat and shared by the rows of its norms: its tokens/s,
+pntrain / plain, and twin / plain mode for mode (eager / plain-eager, compile / plain-compile),
+which says whether the twin is itself slower than PyTorch written for speed. Each cell is the
+median tokens/s of updates W+1..W+N of one run; with --repeats K every run is repeated K times
+(the repeats interleaved, so a drift of the machine spreads over all columns) and the table
+gives the median of the K figures with their range. Also: pntrain / PyTorch for each column
+(pntrain in the column's precision where it ran, else in fp32), the peak RSS of rank 0 and on a
+GPU the peak GPU memory (pntrain's CUDA pool high-water mark, PyTorch's max_memory_allocated) of
+pntrain / the twin [/ the plain model], and pntrain's model FLOPs utilisation (6N + 6LdT FLOPs
+per token, as llm.c counts them, over the GPU's dense bf16 peak). Writes DIR/compare.json and DIR/table.md. --python is the
 interpreter with the PyTorch to compare with (bench/vs_pytorch/cpu.sh makes one with PyPI's);
 --budget-s stops starting runs that would not finish in time (0: no limit), and the runs left
 out are named in the table, so that it is never silently short.
@@ -142,7 +148,10 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "ptb"))
     ap.add_argument("--norms", default="layer,power,batch")
     ap.add_argument("--ranks", default="1", help="rank counts (CPU; a GPU runs one rank)")
-    ap.add_argument("--torch", default="eager,compile")
+    ap.add_argument("--torch", default=None,
+                    help="PyTorch runs: eager, compile (the twin), plain-eager, plain-compile "
+                    "(plain_gpt.py; LM configs, one rank); default eager,compile,plain-eager,"
+                    "plain-compile on a GPU, eager,compile on the CPU")
     ap.add_argument("--precisions", default="fp32,bf16", help="PyTorch's (bf16: autocast)")
     ap.add_argument("--pntrain-precisions", default="fp32",
                     help="pntrain's --precision values; PREC-ATTENTION (bf16-flash, "
@@ -159,12 +168,24 @@ def main():
     ap.add_argument("--pnexport", default=None, help="pnexport (default: beside --pntrain)")
     ap.add_argument("--out", default="vs_pytorch")
     a = ap.parse_args()
+    if a.torch is None:
+        a.torch = "eager,compile" + (",plain-eager,plain-compile" if a.device == "cuda" else "")
+    modes = a.torch.split(",")
+    unknown = [m for m in modes if m not in ("eager", "compile", "plain-eager", "plain-compile")]
+    if unknown:
+        ap.error("--torch: unknown %s (eager, compile, plain-eager, plain-compile)"
+                 % ",".join(unknown))
+    # the twin's columns, then the plain model's, each precision by precision
+    keys = ["%s_%s" % (m, p) for plain in (False, True) for p in a.precisions.split(",")
+            for m in modes if m.startswith("plain-") == plain]
+    plain_keys = [k for k in keys if k.startswith("plain-")]
+    twin_keys = [k for k in keys if k not in plain_keys]
     os.makedirs(a.out, exist_ok=True)
     t_start = time.time()
     total = a.warmup + a.updates
     cores = len(os.sched_getaffinity(0))
     ranks = [1] if a.device == "cuda" else [int(r) for r in a.ranks.split(",")]
-    keys = ["%s_%s" % (m, p) for p in a.precisions.split(",") for m in a.torch.split(",")]
+    plain_runs = {}  # (config, ranks, repeat, key) -> what the plain run gave (norm-free)
     pn_precs = a.pntrain_precisions.split(",")
     longest = 30.0
 
@@ -199,6 +220,45 @@ def main():
             mpi += ["--oversubscribe"] if R > cores else []
             cmd = mpi + cmd + ["--threads", str(threads)]
         return cmd
+
+    def plain_run(config, cname, data, vocab, translation, R, threads, rep, key, row):
+        """plain_gpt.py for a PyTorch column `key` (plain-MODE_PREC) of a row: (tokens/s or
+        why none, peak RSS, peak GPU memory). The plain model has no norm choice: it runs once
+        per config, rank count and repeat, and the rows of the other norms reuse its figures."""
+        if translation:
+            return "n/a (LM only)", None, None
+        if R != 1:
+            return "n/a (1 rank)", None, None
+        mode, prec = key.split("_")
+        ident = (config, R, rep, key)
+        if ident not in plain_runs:
+            ptag = "plain_%s_r%d_%d_%s" % (cname, R, rep + 1, key)
+            cmd = [a.python, os.path.join(HERE, "plain_gpt.py"), "--config", config,
+                   "--device", a.device, "--precision", prec, "--dropout", "0", "--updates",
+                   str(a.updates), "--warmup", str(a.warmup), "--threads", str(threads)]
+            cmd += ["--vocab", vocab] if vocab else ["--data", data]
+            cmd += ["--compile"] if mode == "plain-compile" else []
+            status = run(ptag, cmd, {"OMP_NUM_THREADS": str(threads)})
+            res = {"tps": status}
+            if status == "ok":
+                last = json.loads(open(os.path.join(a.out, ptag + ".log")).read()
+                                  .strip().splitlines()[-1])
+                res = {"tps": last.get("tokens_per_s"), "rss": max(last.get("peak_rss_mb", [0])),
+                       "gpu_mb": last.get("device_peak_mb"), "gpu": last.get("gpu"),
+                       "torch": last.get("torch"), "params": last.get("params"),
+                       "loss_first": last.get("loss_first")}
+            plain_runs[ident] = res
+            print("%s %d rank(s) #%d plain PyTorch %-13s %s" % (
+                cname, R, rep + 1, key + ":", "%.0f tok/s" % res["tps"]
+                if isinstance(res["tps"], float) else res["tps"]), flush=True)
+        res = plain_runs[ident]
+        for field in ("gpu", "torch"):
+            if res.get(field):
+                row.setdefault(field if field == "gpu" else "torch_version", res[field])
+        if res.get("params") is not None:
+            row.setdefault("plain_params", res["params"])
+            row.setdefault("plain_loss_first", res["loss_first"])
+        return res["tps"], res.get("rss"), res.get("gpu_mb")
 
     def same_init_check(config, cname, data):
         """pntrain and the twin from pntrain's initial parameters: losses of K updates."""
@@ -300,7 +360,7 @@ def main():
                         print("%s %-6s %d rank(s) #%d pntrain %s: %s" % (
                             cname, ntag, R, rep + 1, prec,
                             "%.0f tok/s" % pn if status == "ok" else status), flush=True)
-                    for key in keys:
+                    for key in twin_keys:
                         mode, prec = key.split("_")
                         cmd = [a.python, os.path.join(HERE, "train_torch.py"), "--config", config]
                         cmd += norm_flags + ["--data", data, "--device", a.device,
@@ -324,9 +384,15 @@ def main():
                         row["torch"][key].append(tps)
                         row["torch_rss_mb"][key].append(trss)
                         row["torch_gpu_mb"][key].append(tgpu)
-                        print("%s %-6s %d rank(s) #%d PyTorch %-13s %s" % (
+                        print("%s %-6s %d rank(s) #%d PyTorch %-19s %s" % (
                             cname, ntag, R, rep + 1, key + ":",
                             "%.0f tok/s" % tps if isinstance(tps, float) else tps), flush=True)
+                    for key in plain_keys:
+                        tps, trss, tgpu = plain_run(config, cname, data, vocab, translation,
+                                                    R, threads, rep, key, row)
+                        row["torch"][key].append(tps)
+                        row["torch_rss_mb"][key].append(trss)
+                        row["torch_gpu_mb"][key].append(tgpu)
                 rows.append(row)
                 json.dump({"device": a.device, "rows": rows, "checks": checks},
                           open(os.path.join(a.out, "compare.json"), "w"), indent=1)
@@ -346,24 +412,39 @@ def main():
                                              a.repeats), ""]
     # Each PyTorch column is set against pntrain in the same precision where that ran, else fp32.
     pn_of = {k: (k.split("_")[1] if k.split("_")[1] in pn_precs else pn_precs[0]) for k in keys}
+    # The twin against the plain model, mode for mode (eager / plain-eager, ...), so that a
+    # reader sees whether the twin is itself slow.
+    twin_of = {k: k[len("plain-"):] for k in plain_keys if k[len("plain-"):] in twin_keys}
+    sides = "pntrain / PyTorch" + (" / plain" if plain_keys else "")
     head = ["config", "norm", "ranks x threads"] + ["pntrain " + p for p in pn_precs] \
         + ["PyTorch " + k for k in keys] + ["pn %s / %s" % (pn_of[k], k) for k in keys] \
-        + ["RSS MB pntrain / PyTorch (least)"] \
-        + (["GPU MB pntrain / PyTorch (least)"] + ["MFU pntrain " + p for p in pn_precs]
+        + ["%s / %s" % (twin_of[k], k) for k in plain_keys if k in twin_of] \
+        + ["RSS MB %s (least)" % sides] \
+        + (["GPU MB %s (least)" % sides] + ["MFU pntrain " + p for p in pn_precs]
            if a.device == "cuda" else [])
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def memory(pn, twin, plain):
+        """'pntrain / twin[ / plain]' MB: pntrain's most, the least of each PyTorch side's."""
+        pn, twin, plain = ([x for x in xs if x] for xs in (pn, twin, plain))
+        if not pn or not twin:
+            return "n/a"
+        cell = "%.0f / %.0f" % (max(pn), min(twin))
+        return cell + (" / %s" % ("%.0f" % min(plain) if plain else "n/a") if plain_keys else "")
+
     for r in rows:
         cells = [r["config"], r["norm"], "%d x %d" % (r["ranks"], r["threads"])]
         cells += [spread(r["pntrain"][p]) for p in pn_precs]
         cells += [spread(r["torch"][k]) for k in keys]
         cells += [ratio(r["pntrain"][pn_of[k]], r["torch"][k]) for k in keys]
-        prss = [x for x in r["pntrain_rss_mb"] if x]
-        trss = [x for k in keys for x in r["torch_rss_mb"][k] if x]
-        cells.append("%.0f / %.0f" % (max(prss), min(trss)) if prss and trss else "n/a")
+        cells += [ratio(r["torch"][twin_of[k]], r["torch"][k]) for k in plain_keys if k in twin_of]
+        cells.append(memory(r["pntrain_rss_mb"],
+                            [x for k in twin_keys for x in r["torch_rss_mb"][k]],
+                            [x for k in plain_keys for x in r["torch_rss_mb"][k]]))
         if a.device == "cuda":
-            pgpu = [x for x in r["pntrain_gpu_mb"] if x]
-            tgpu = [x for k in keys for x in r["torch_gpu_mb"][k] if x]
-            cells.append("%.0f / %.0f" % (max(pgpu), min(tgpu)) if pgpu and tgpu else "n/a")
+            cells.append(memory(r["pntrain_gpu_mb"],
+                                [x for k in twin_keys for x in r["torch_gpu_mb"][k]],
+                                [x for k in plain_keys for x in r["torch_gpu_mb"][k]]))
             L, d, T = r["shape"]
             # 6N + 6LdT counts a decoder-only LM's tokens: no figure for the encoder-decoder.
             lm = r.get("arch") != "transformer"
@@ -388,12 +469,15 @@ def same_model_lines(rows, checks):
     fmt = lambda x: "%.4f" % x if isinstance(x, (int, float)) else "n/a"
     out = []
     for r in rows:
-        pn, pt = r.get("params"), r.get("torch_params")
-        out.append("%s %s %d rank(s): parameters pntrain %s / PyTorch %s%s; first-update loss "
-                   "pntrain %s / PyTorch %s (each from its own random init)" % (
+        pn, pt, pl = r.get("params"), r.get("torch_params"), r.get("plain_params")
+        plain = "" if pl is None else " / plain %s%s" % (pl, "" if pn in (pl, None) else
+                                                         " (DIFFERS from pntrain's)")
+        out.append("%s %s %d rank(s): parameters pntrain %s / PyTorch %s%s%s; first-update loss "
+                   "pntrain %s / PyTorch %s%s (each from its own random init)" % (
                        r["config"], r["norm"], r["ranks"], pn, pt,
-                       "" if pn == pt or None in (pn, pt) else " (DIFFER)",
-                       fmt(r.get("pntrain_loss_first")), fmt(r.get("torch_loss_first"))))
+                       "" if pn == pt or None in (pn, pt) else " (DIFFER)", plain,
+                       fmt(r.get("pntrain_loss_first")), fmt(r.get("torch_loss_first")),
+                       "" if pl is None else " / plain %s" % fmt(r.get("plain_loss_first"))))
     for cname, results in checks.items():
         for c in results:
             out.append("%s, %d rank(s), from pntrain's initial parameters: loss pntrain %s / "

@@ -210,7 +210,11 @@ class TransformerLM(nn.Module):
     """pad_vocab: the embedding's rows rounded up to a multiple of it (a GPU's GEMMs over the
     vocabulary run at full speed only at a multiple of 8, better 64: 19.5 ms against 3.3 ms for
     GPT-2 small's output layer on an H100); the padded rows start at 0 and their logits are -inf,
-    so no token is ever predicted there and the loss is the unpadded model's."""
+    so no token is ever predicted there and the loss is the unpadded model's. The -inf comes from
+    the output layer's bias (0 on the real columns, -inf on the padded ones; a buffer, so no
+    gradient), which the GEMM adds in its epilogue: a masked_fill would read and write the
+    16K x 33K logits once more in the forward and their gradient once more in the backward
+    (eager; torch.compile fuses either). Adding 0 leaves every real logit as it is."""
 
     def __init__(self, vocab, layers=2, dim=256, heads=4, ffn_dim=1024, max_len=64,
                  dropout=0.1, norm="layer", norm_eps=1e-5, norm_alpha=0.9, pn_alpha_fwd=0.9,
@@ -224,9 +228,10 @@ class TransformerLM(nn.Module):
             self.embed_tokens.weight = nn.Parameter(torch.cat(
                 [self.embed_tokens.weight.data, torch.zeros(rows - vocab, dim)]))
             self.embed_tokens.num_embeddings = rows
-            self.register_buffer("logit_pad", torch.arange(rows) >= vocab, persistent=False)
+            self.register_buffer("logit_bias", torch.zeros(rows).masked_fill(
+                torch.arange(rows) >= vocab, float("-inf")), persistent=False)
         else:
-            self.logit_pad = None
+            self.logit_bias = None
         self.register_buffer("positions", sinusoidal_positions(max_len, dim))
         norm_args = dict(kind=norm, eps=norm_eps, alpha=norm_alpha, alpha_fwd=pn_alpha_fwd,
                          alpha_bkw=pn_alpha_bkw, pn_warmup=pn_warmup)
@@ -242,10 +247,10 @@ class TransformerLM(nn.Module):
         for block in self.layers:
             h = block(h)
         f = self.layer_norm(h)
-        logits = F.linear(f, self.embed_tokens.weight)  # tied, no bias
-        if self.logit_pad is not None:
-            logits = logits.masked_fill(self.logit_pad, float("-inf"))
-        return logits
+        # tied; no bias but the padding's -inf. Rows [n T, d], so that F.linear is one addmm
+        # with the bias in the GEMM's epilogue.
+        logits = F.linear(f.reshape(-1, self.dim), self.embed_tokens.weight, self.logit_bias)
+        return logits.view(h.shape[0], T, -1)
 
 
 class LMWithLoss(nn.Module):
@@ -270,6 +275,9 @@ def label_smoothed_loss(logits, targets, eps, mask=None, vocab=None):
     V = vocab or logits.shape[-1]
     flat = logits.reshape(-1, logits.shape[-1])
     if eps == 0 and mask is None:
+        # .float() costs nothing that a plain model does not pay: CUDA's autocast runs
+        # cross_entropy in fp32 (it casts bf16 logits to an fp32 copy itself), and under
+        # torch.compile the cast is fused into the loss's kernels, never stored.
         nll = F.cross_entropy(flat.float(), targets.reshape(-1), reduction="sum")
         return nll, nll.detach()
     lp = torch.log_softmax(flat.float(), dim=-1)

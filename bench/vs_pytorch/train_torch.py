@@ -33,7 +33,10 @@ On a GPU (--device cuda, one rank) the strongest configuration is on offer: --co
 (torch.compile of the model), --precision bf16 (autocast, fp32 master weights), tf32, fused
 AdamW where PyTorch has it, and PyTorch's fused attention (scaled_dot_product_attention, flash
 where it applies) whenever PyTorch has it; the update's wall time ends with a device
-synchronisation, and the loss sums are read once per update, as pntrain does.
+synchronisation, and the loss sums are read once per update, as pntrain does, after the
+optimiser's step (the token count is known on the host, so the step's launches queue behind the
+backward instead of waiting for it); the batches are copied from pinned host memory. The
+plain PyTorch model that the twin is measured against is plain_gpt.py.
 
 Output (rank 0, stdout, last line): {"impl":"pytorch","norm":..,"ranks":..,"threads":..,
 "tokens_per_update":..,"tokens_per_s":median over updates W+1..W+N (tokens of all ranks over
@@ -469,6 +472,8 @@ class LmTask:
             g0 = (update * self.ufreq + micro) * self.micro_samples
             ids = [self.samples.sample(g0 + i) for i in range(self.b0, self.b1)]
             inp, tgt = self.samples.batch(ids)
+            if self.dev.type == "cuda":  # a copy from pageable memory waits for the device
+                inp, tgt = inp.pin_memory(), tgt.pin_memory()
             inp = inp.to(self.dev, non_blocking=True)
             tgt = tgt.to(self.dev, non_blocking=True)
         else:
@@ -540,8 +545,10 @@ class TranslationTask:
         batch = self.batches[self.order.sample(update)]
         ids = batch_piece(batch, micro * self.R + self.rank, self.ufreq * self.R)
         arrays = make_parallel_batch(self.src, self.tgt, ids)
-        src, src_mask, prev, tgt, tgt_mask = (torch.from_numpy(a).to(self.dev, non_blocking=True)
-                                              for a in arrays)
+        pin = self.dev.type == "cuda"  # a copy from pageable memory waits for the device
+        src, src_mask, prev, tgt, tgt_mask = (
+            (torch.from_numpy(a).pin_memory() if pin else torch.from_numpy(a))
+            .to(self.dev, non_blocking=True) for a in arrays)
         with autocast:
             logits = forward(src, src_mask, prev, tgt_mask)
         loss, nll = label_smoothed_loss(logits.float(), tgt, self.eps, tgt_mask)
@@ -597,27 +604,35 @@ def run(rank, args, cfg, port, queue):
         t0 = time.perf_counter()
         for p in params:
             p.grad = None
-        acc = torch.zeros(3, dtype=torch.float64, device=dev)  # loss, nll, tokens: read once
+        acc = torch.zeros(2, dtype=torch.float64, device=dev)  # loss and nll sums: read once
+        ntok = 0  # the update's tokens on this rank, known on the host
         for micro in range(ufreq):
             # DDP all-reduces in the backward of the update's last micro-step only.
             sync = ddp.no_sync() if ddp and micro < ufreq - 1 else contextlib.nullcontext()
             with sync:
-                loss, nll, ntok = task.micro_loss(forward, update, micro, autocast)
+                loss, nll, n = task.micro_loss(forward, update, micro, autocast)
                 loss.backward()
             acc[0] += loss.detach().double()
             acc[1] += nll.double()
-            acc[2] += ntok
+            ntok += n
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        sums = acc.cpu()  # the update's one host read (waits for the forward and backward)
-        if R > 1:  # DDP's gradients are the mean over ranks: the sum over ranks is R times it
+        if R > 1:  # (the CPU) the loss sums and token counts of all ranks in one all-reduce
+            sums = torch.cat([acc.cpu(), torch.tensor([float(ntok)], dtype=torch.float64)])
             dist.all_reduce(sums)
-        n_all = float(sums[2])
+            n_all = float(sums[2])
+        else:  # the loss sums are read after the step, so that the optimiser's host work
+            n_all = float(ntok)  # overlaps the backward on a GPU instead of following it
+        # DDP's gradients are the mean over ranks: the sum over ranks is R times it. The loss
+        # stays a sum through the backward, as pntrain's: PN's backward statistic nu depends on
+        # the scale of the gradient it sees, so the 1/tokens cannot move into the loss.
         torch._foreach_mul_(grads, float(R) / n_all)
         if cfg["clip-norm"] > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg["clip-norm"])
         for group in opt.param_groups:
             group["lr"] = learning_rate(cfg, update + 1)
         opt.step()
+        if R == 1:
+            sums = acc.cpu()  # the update's one host read (waits for the backward and the step)
         if args.device == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
@@ -646,7 +661,7 @@ def run(rank, args, cfg, port, queue):
         result.update(task.describe())
         result.update({
             "tokens_per_update": tokens[-1] if tokens else 0,
-            "params": sum(p.numel() for p in params),
+            "params": sum(p.numel() for p in params) - padded_params(model),
             "updates": args.updates, "warmup": args.warmup,
             "tokens_per_s": statistics.median(tps_list) if tps_list else None,
             "tokens_per_s_all": [round(x, 1) for x in tps_list],
@@ -661,6 +676,14 @@ def run(rank, args, cfg, port, queue):
             queue.put(result)
         else:
             print(json.dumps(result), flush=True)
+
+
+def padded_params(model):
+    """The LM's padded embedding rows (--pad-vocab): zero, never looked up nor predicted, so
+    not counted as parameters (pntrain does not count its own)."""
+    if not isinstance(model, TransformerLM):
+        return 0
+    return (model.embed_tokens.num_embeddings - model.vocab) * model.dim
 
 
 def free_port():

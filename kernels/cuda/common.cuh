@@ -49,8 +49,9 @@ enum ScratchSlot {
   kSlotBf16A = 5,  // gemm in bf16: its operands rounded to bf16
   kSlotBf16B = 6,
   kSlotCudnn = 7,  // cuDNN's attention: the workspace its plan asks for
-  kSlotLt = 8,     // cuBLASLt's matmul workspace (linear_forward)
-  kSlotCount = 9
+  kSlotLt = 8,     // cuBLASLt's matmul workspace (the Linear's epilogues)
+  kSlotBiasGrad = 9,  // the bias gradient cuBLASLt's BGRADB writes, before it is accumulated
+  kSlotCount = 10
 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }

@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "kernels/ops_expand.h"
@@ -45,17 +46,23 @@ struct Blas {
   cublasHandle_t handle = nullptr;
   cudaStream_t stream = nullptr;
   GemmMath math = GemmMath::fp32;  // what the float GEMMs compute in (kernels/device.h)
-  // bf16 math: the weights' bf16 copy (set_bf16_weights), which an operand inside
-  // [weights, weights + weights_n) is read from instead of being rounded again.
-  const float* weights = nullptr;
-  size_t weights_n = 0;
-  __nv_bfloat16* weights16 = nullptr;
-  size_t weights16_capacity = 0;
-  size_t weights16_reads = 0;  // operands served from the copy (the tests count them)
-  // linear_forward's cuBLASLt handle and its per-shape plans (device.cu), made on first use.
+  // bf16 math: bf16 copies of fp32 ranges (push_bf16_copy), which an operand inside one of them
+  // is read from instead of being rounded again at each GEMM: the weights over a forward and its
+  // backward, a gradient that two GEMMs read. A stack (the scopes nest); copies[0, live) are in
+  // use, the deeper ones keep their memory for the next push.
+  struct Bf16Copy {
+    const float* x = nullptr;
+    size_t n = 0;
+    __nv_bfloat16* copy = nullptr;
+    size_t capacity = 0;
+  };
+  std::vector<Bf16Copy> copies;
+  size_t live = 0;
+  size_t copy_reads = 0;  // operands served from a copy (the tests count them)
+  // The Linear's cuBLASLt handle and its per-shape plans (device.cu), made on first use.
   cublasLtHandle_t lt = nullptr;
   void* lt_plans = nullptr;
-  size_t lt_calls = 0;  // linear_forwards whose bias and ReLU ran in cuBLASLt's epilogue
+  size_t lt_calls = 0;  // Linear forwards and weight gradients that ran in cuBLASLt's epilogue
   explicit Blas(cudaStream_t s, GemmMath m = GemmMath::fp32);
   ~Blas();
   Blas(const Blas&) = delete;
@@ -81,6 +88,11 @@ struct Blas {
 // operands were queued, which gemm makes again).
 bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out, const float* W,
                              const float* bias, bool relu, float* y);
+// k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
+// one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
+// then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.
+bool linear_weight_grad_epilogue(Blas& b, const float* x, const float* dy, int rows, int in,
+                                 int out, float* dW, float* db);
 
 // batch independent GEMMs, operand i at A + i*stride_a (and so on); under bf16 math cuBLAS's
 // CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands (the materialized attention's per-head GEMMs,
@@ -99,9 +111,10 @@ void gemm_bf16(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float a
                const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float beta,
                float* C, int ldc);
 void to_bf16(const float* x, size_t n, __nv_bfloat16* y, cudaStream_t s);
-// Rounds w[0..n) to bf16 once into b's copy, which gemm then reads for operands inside it (one
-// conversion of the weights per forward instead of one per GEMM call); w = nullptr forgets it.
-void set_bf16_weights(Blas& b, const float* w, size_t n);
+// Rounds x[0, n) to bf16 once (on a bf16 Blas; elsewhere nothing) and serves every operand
+// inside it from that copy until the matching pop; the copy must not change meanwhile.
+void push_bf16_copy(Blas& b, const float* x, size_t n);
+void pop_bf16_copy(Blas& b);
 void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 
 // y = x, device to device (k::copy takes copy_on_device instead).

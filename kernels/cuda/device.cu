@@ -3,6 +3,7 @@
 // Row-major GEMM through column-major cuBLAS: a row-major C[M,N] is the column-major C^T[N,M],
 // and C^T = op(B)^T op(A)^T, so C = op(A) op(B) is cuBLAS's (op_b, op_a, N, M, K) on (B, A).
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -81,27 +82,30 @@ Blas::Blas(cudaStream_t s, GemmMath m) : stream(s), math(m) {
   CUBLAS_CHECK(cublasSetStream(handle, s));
 }
 namespace {
-// One shape of linear_forward on cuBLASLt: its descriptors and the algorithm the heuristic
-// chose, made at the shape's first call and kept (a run repeats a few dozen shapes).
+// One cuBLASLt matmul shape (a Linear's forward with its bias and ReLU, or its weight gradient
+// with the bias gradient): its descriptors and the algorithm the heuristic chose, made at the
+// shape's first call and kept (a run repeats a few dozen shapes).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
-  bool ok = false;  // cuBLASLt has an algorithm for it; else gemm and the bias pass run it
+  bool ok = false;  // cuBLASLt has an algorithm for it; else gemm and a pass run it
 };
-// (rows, in, out, epilogue, bf16 operands, the operands' alignment in bytes)
-using LtKey = std::tuple<int, int, int, int, bool, uint32_t>;
+// Column-major, as cuBLASLt reads it: (trans a, trans b, m, n, k, lda, ldb, ldd, epilogue, bf16
+// operands, the operands' alignment in bytes).
+using LtKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, uint32_t>;
 using LtPlans = std::map<LtKey, LtPlan>;
 void destroy(LtPlan& p) {
   if (p.desc) cublasLtMatmulDescDestroy(p.desc);
-  for (cublasLtMatrixLayout_t l : {p.w, p.x, p.y})
+  for (cublasLtMatrixLayout_t l : {p.a, p.b, p.d})
     if (l) cublasLtMatrixLayoutDestroy(l);
 }
 }  // namespace
 
 Blas::~Blas() {
-  if (weights16) cudaFreeAsync(weights16, stream);
+  for (Bf16Copy& c : copies)
+    if (c.copy) cudaFreeAsync(c.copy, stream);
   if (lt_plans) {
     auto* plans = static_cast<LtPlans*>(lt_plans);
     for (auto& kv : *plans) destroy(kv.second);
@@ -111,16 +115,24 @@ Blas::~Blas() {
   if (handle) cublasDestroy(handle);
 }
 
-void set_bf16_weights(Blas& b, const float* w, size_t n) {
-  b.weights = w, b.weights_n = w ? n : 0;
-  if (!w || n == 0) return;
-  if (n > b.weights16_capacity) {
-    if (b.weights16) CUDA_CHECK(cudaFreeAsync(b.weights16, b.stream));
-    b.weights16 = nullptr;
-    CUDA_CHECK(cudaMallocAsync(&b.weights16, n * sizeof(__nv_bfloat16), b.stream));
-    b.weights16_capacity = n;
+void push_bf16_copy(Blas& b, const float* x, size_t n) {
+  if (b.math != GemmMath::bf16) return;
+  if (b.live == b.copies.size()) b.copies.emplace_back();
+  Blas::Bf16Copy& c = b.copies[b.live++];
+  c.x = x, c.n = n;
+  if (n > c.capacity) {
+    if (c.copy) CUDA_CHECK(cudaFreeAsync(c.copy, b.stream));
+    c.copy = nullptr;
+    CUDA_CHECK(cudaMallocAsync(&c.copy, n * sizeof(__nv_bfloat16), b.stream));
+    c.capacity = n;
   }
-  to_bf16(w, n, b.weights16, b.stream);
+  if (n) to_bf16(x, n, c.copy, b.stream);
+}
+
+void pop_bf16_copy(Blas& b) {
+  if (b.math != GemmMath::bf16 || b.live == 0) return;
+  Blas::Bf16Copy& c = b.copies[--b.live];
+  c.x = nullptr, c.n = 0;
 }
 
 namespace {
@@ -150,12 +162,15 @@ size_t view_span(int rows, int cols, int ld) {
 // Asking _FAST_16BF of fp32 operands instead lets cuBLAS choose TF32 kernels, and it did on an
 // H100 for every GEMM of GPT-2 small: tf32's speed, not bf16's.
 namespace {
-// x[0, n) in bf16 for a GEMM of bf16 math: a weight is read from the copy made once per
-// forward; anything else is rounded here into scratch `slot`.
+// x[0, n) in bf16 for a GEMM of bf16 math: read from a live copy that holds it (the weights,
+// a gradient two GEMMs read); anything else is rounded here into scratch `slot`.
 const __nv_bfloat16* bf16_operand(Blas& b, const float* x, size_t n, int slot) {
-  if (b.weights && x >= b.weights && x + n <= b.weights + b.weights_n) {
-    ++b.weights16_reads;
-    return b.weights16 + (x - b.weights);
+  for (size_t i = b.live; i-- > 0;) {
+    const Blas::Bf16Copy& c = b.copies[i];
+    if (x >= c.x && x + n <= c.x + c.n) {
+      ++b.copy_reads;
+      return c.copy + (x - c.x);
+    }
   }
   __nv_bfloat16* x16 = scratch_as<__nv_bfloat16>(slot, n, b.stream);
   to_bf16(x, n, x16, b.stream);
@@ -181,16 +196,14 @@ void gemm(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const flo
 namespace {
 constexpr size_t kLtWorkspace = size_t(32) << 20;  // what cuBLASLt may use per matmul
 
-// The plan of one linear_forward shape (ok = false where cuBLASLt has no algorithm for it).
-// Column-major, as cuBLASLt reads it: y^T [out, rows] = W^T^T x^T, W stored [in, out] (ld in)
-// and transposed, x stored [in, rows] (ld in), the bias one value per row of y^T.
-// align: the operands' common alignment, which the heuristic is told (it assumes 256 bytes
-// otherwise, and a weight inside the parameter buffer may be aligned to 4).
-LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue, bool bf16,
-                uint32_t align) {
+// The plan of one shape (ok = false where cuBLASLt has no algorithm for it): column-major
+// D[m, n] = op(A)[m, k] op(B)[k, n] (+ beta D), A stored [ta ? k : m] x [ta ? m : k] with leading
+// dimension lda, likewise B, D fp32. align: the operands' common alignment, which the heuristic
+// is told (it assumes 256 bytes otherwise, and a weight inside the parameter buffer may be
+// aligned to 4).
+LtPlan& lt_plan(Blas& b, const LtKey& key) {
   if (!b.lt_plans) b.lt_plans = new LtPlans;
   auto& plans = *static_cast<LtPlans*>(b.lt_plans);
-  const LtKey key{rows, in, out, int(epilogue), bf16, align};
   auto found = plans.find(key);
   if (found != plans.end()) return found->second;
   LtPlan& p = plans[key];
@@ -198,10 +211,11 @@ LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue,
     b.lt = nullptr;
     return p;
   }
+  const auto [tra, trb, m, n, k, lda, ldb, ldd, epilogue, bf16, align] = key;
   const cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t math = bf16 ? CUBLAS_COMPUTE_32F : compute(b);
-  const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const uint32_t ep = epilogue;
+  const int32_t ta = tra ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const uint32_t ep = uint32_t(epilogue);
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
   cublasLtMatmulHeuristicResult_t result{};
@@ -214,9 +228,11 @@ LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue,
           CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
           CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatrixLayoutCreate(&p.w, in_type, in, out, in) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatrixLayoutCreate(&p.x, in_type, in, rows, in) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatrixLayoutCreate(&p.y, CUDA_R_32F, out, rows, out) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.a, in_type, tra ? k : m, tra ? m : k, lda) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.b, in_type, trb ? n : k, trb ? k : n, ldb) ==
+          CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                            sizeof ws) == CUBLAS_STATUS_SUCCESS &&
@@ -228,7 +244,7 @@ LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue,
                                            &align, sizeof align) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                            &align, sizeof align) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatmulAlgoGetHeuristic(b.lt, p.desc, p.w, p.x, p.y, p.y, pref, 1, &result,
+      cublasLtMatmulAlgoGetHeuristic(b.lt, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result,
                                      &found_algos) == CUBLAS_STATUS_SUCCESS &&
       found_algos > 0 && result.state == CUBLAS_STATUS_SUCCESS;
   if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -238,6 +254,34 @@ LtPlan& lt_plan(Blas& b, int rows, int in, int out, cublasLtEpilogue_t epilogue,
     p.ok = true;
   }
   return p;
+}
+
+// The largest power of two up to 256 that divides every address.
+uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
+  uintptr_t addresses = 256;
+  for (const void* p : ptrs) addresses |= uintptr_t(p);
+  return uint32_t(addresses & (~addresses + 1));
+}
+
+// D = op(A) op(B) + beta D on the plan of `key`, its epilogue reading or writing `vec` (the bias,
+// or the bias gradient); false where cuBLASLt has no algorithm for the shape or refuses the call
+// (then never again for this shape).
+bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float beta, float* D,
+               const void* vec) {
+  LtPlan& p = lt_plan(b, key);
+  if (!p.ok) return false;
+  if (vec && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
+                                            sizeof vec) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  void* workspace = p.workspace ? cuda_scratch(kSlotLt, p.workspace, b.stream) : nullptr;
+  const float one = 1.f;
+  if (cublasLtMatmul(b.lt, p.desc, &one, A, p.a, B, p.b, &beta, D, p.d, D, p.d, &p.algo,
+                     workspace, p.workspace, b.stream) != CUBLAS_STATUS_SUCCESS) {
+    p.ok = false;  // not again for this shape; the operands' conversions are harmless
+    return false;
+  }
+  ++b.lt_calls;
+  return true;
 }
 
 }  // namespace
@@ -255,23 +299,32 @@ bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out,
     w_op = bf16_operand(b, W, size_t(out) * in, kSlotBf16B);
     x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
   }
-  // The largest power of two up to 256 that divides every operand's address.
-  const uintptr_t addresses = uintptr_t(w_op) | uintptr_t(x_op) | uintptr_t(y) | uintptr_t(256);
-  const uint32_t align = uint32_t(addresses & (~addresses + 1));
-  LtPlan& p = lt_plan(b, rows, in, out, epilogue, bf16, align);
-  if (!p.ok) return false;  // the conversions above are what gemm would make of them too
-  if (bias &&
-      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                     sizeof bias) != CUBLAS_STATUS_SUCCESS)
-    return false;
-  void* workspace = p.workspace ? cuda_scratch(kSlotLt, p.workspace, b.stream) : nullptr;
-  const float one = 1.f, zero = 0.f;
-  if (cublasLtMatmul(b.lt, p.desc, &one, w_op, p.w, x_op, p.x, &zero, y, p.y, y, p.y, &p.algo,
-                     workspace, p.workspace, b.stream) != CUBLAS_STATUS_SUCCESS) {
-    p.ok = false;  // not again for this shape; the operands' conversions are harmless
-    return false;
+  // y^T [out, rows] = W^T^T x^T: W stored [in, out] (ld in) and transposed, x stored [in, rows]
+  // (ld in), the bias one value per row of y^T.
+  const LtKey key{true, false, out, rows, in, in, in, out, int(epilogue), bf16,
+                  common_alignment({w_op, x_op, y})};
+  return lt_matmul(b, key, w_op, x_op, 0.f, y, bias);
+}
+
+bool linear_weight_grad_epilogue(Blas& b, const float* x, const float* dy, int rows, int in,
+                                 int out, float* dW, float* db) {
+  if (out == 0 || in == 0) return true;
+  if (rows == 0) return false;  // no products: gemm and bias_grad add nothing
+  const bool bf16 = b.math == GemmMath::bf16;
+  const void* x_op = x;
+  const void* dy_op = dy;
+  if (bf16) {
+    x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
+    dy_op = bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
   }
-  ++b.lt_calls;
+  // dW^T [in, out] += x^T dy: x stored [in, rows] (ld in), dy stored [out, rows] (ld out) and
+  // transposed; BGRADB sums op(B) = dy over k = rows into one value per column of dW^T.
+  float* sums = static_cast<float*>(cuda_scratch(kSlotBiasGrad, size_t(out) * sizeof(float),
+                                                 b.stream));
+  const LtKey key{false, true, in, out, rows, in, out, in, int(CUBLASLT_EPILOGUE_BGRADB), bf16,
+                  common_alignment({x_op, dy_op, dW, sums})};
+  if (!lt_matmul(b, key, x_op, dy_op, 1.f, dW, sums)) return false;
+  add_inplace(db, sums, size_t(out), b.stream);  // the epilogue writes; gradients accumulate
   return true;
 }
 

@@ -34,9 +34,10 @@
 #                   on the CPU
 #   vs_pytorch      [what is left] pntrain in bf16 (cuDNN's attention), bf16 with --attention
 #                   flash (the project's kernels), fp32 and bf16 with --attention materialized
-#                   against PyTorch on the GPU (eager
-#                   and torch.compile, fp32 and bf16 autocast; bench/vs_pytorch/compare.py),
-#                   config by config in --compare's order: tokens/s, peak GPU memory, MFU
+#                   against PyTorch on the GPU (the twin eager and torch.compile, fp32 and
+#                   bf16 autocast, and for LM configs the plain model of the same shape,
+#                   bench/vs_pytorch/plain_gpt.py; bench/vs_pytorch/compare.py), config by
+#                   config in --compare's order: tokens/s, peak GPU memory, MFU
 #   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`
 #                   with --reproduce 'ARGS' (default '--long --seeds 1,2,3'; add --norms,
 #                   --dropouts, --figure5 as on the CPU) into REPORT_DIR/results/
@@ -256,6 +257,10 @@ PY
           --out "$OUT/vs_pytorch_$config" || exit 1
       done'
     [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
+    # Which library ran what in pntrain's bf16 runs (each says so once on stderr): cuDNN's
+    # attention, the Linear's cuBLASLt epilogues.
+    cat "$OUT"/vs_pytorch_*/pntrain_*bf16*.log 2>/dev/null |
+      grep -E '^pntrain: (attention|a Linear)' | sort | uniq -c >> "$OUT/report.txt"
   else
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi

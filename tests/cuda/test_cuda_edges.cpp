@@ -54,19 +54,22 @@ TEST(CudaKernels, GemmPaddedLeadingDimensions) {
   expect_close("gemm_strided_batched, padded", dC.download(), C, 1e-5, 1e-5);
 }
 
-// The weights' bf16 copy (cuda::set_bf16_weights, made once per forward through k::Bf16Weights):
-// a GEMM reading a weight (a slice of the copied range) as either operand gives C bit for bit as
-// the rounding at each call does, and counts as served from the copy; an operand outside the
-// weights is rounded as before; a scope registers the copy only on a bf16 GPU context and
-// forgets it at its end.
-TEST(CudaKernels, Bf16WeightsCopyIsTheRoundingAtEachCall) {
+// The bf16 copies (cuda::push_bf16_copy, made through k::Bf16Copy once per forward for the
+// weights and once per Linear backward for its output gradient): a GEMM reading an operand
+// inside a copied range (a slice of it, as either operand) gives C bit for bit as the rounding at
+// each call does, and counts as served from the copy; copies nest, the inner one ending first;
+// an operand outside every copy is rounded as before; a scope copies only on a bf16 GPU context
+// and forgets the copy at its end.
+TEST(CudaKernels, Bf16CopyIsTheRoundingAtEachCall) {
   PN_REQUIRE_GPU();
   const int M = 33, N = 48, K = 40;
   const auto w = randf(size_t(2) * N * K, 51), x = randf(size_t(M) * K, 52);
-  DBuf<float> dw(w), dx(x), c_each(size_t(M) * N), c_copy(size_t(M) * N);
+  const auto g = randf(size_t(M) * N, 53);
+  DBuf<float> dw(w), dx(x), dg(g), c_each(size_t(M) * N), c_copy(size_t(M) * N);
+  DBuf<float> k_each(size_t(N) * K), k_copy(size_t(N) * K);
   const float* slice = dw.data() + size_t(N) * K;  // the second of two N x K weights
   cuda::Blas each(kStream, GemmMath::bf16), copy(kStream, GemmMath::bf16);
-  cuda::set_bf16_weights(copy, dw.data(), w.size());
+  cuda::push_bf16_copy(copy, dw.data(), w.size());
   for (int as_a = 0; as_a < 2; ++as_a) {
     SCOPED_TRACE(as_a ? "weight as A" : "weight as B");
     for (cuda::Blas* b : {&each, &copy}) {
@@ -78,22 +81,43 @@ TEST(CudaKernels, Bf16WeightsCopyIsTheRoundingAtEachCall) {
     }
     expect_equal("C from the copy", c_copy.download(), c_each.download());
   }
-  EXPECT_EQ(copy.weights16_reads, 2u);
-  EXPECT_EQ(each.weights16_reads, 0u);
+  EXPECT_EQ(copy.copy_reads, 2u);
+  EXPECT_EQ(each.copy_reads, 0u);
   cuda::gemm(copy, false, true, M, M, K, 1.f, dx.data(), K, dx.data(), K, 0.f, c_copy.data(), M);
-  EXPECT_EQ(copy.weights16_reads, 2u) << "an activation was read from the weights' copy";
+  EXPECT_EQ(copy.copy_reads, 2u) << "an activation was read from the weights' copy";
+  // A Linear's backward inside the weights' scope: dy (g, [M, N]) copied once, read by dx = dy W
+  // and by dW += dy^T x, each GEMM reading both its operands from copies but x.
+  cuda::push_bf16_copy(copy, dg.data(), g.size());
+  for (cuda::Blas* b : {&each, &copy}) {
+    float* c = b == &each ? c_each.data() : c_copy.data();
+    float* kk = b == &each ? k_each.data() : k_copy.data();
+    cuda::gemm(*b, false, false, M, K, N, 1.f, dg.data(), N, slice, K, 0.f, c, K);
+    cuda::gemm(*b, true, false, N, K, M, 1.f, dg.data(), N, dx.data(), K, 0.f, kk, K);
+  }
+  expect_equal("dx from the copies", c_copy.download(), c_each.download());
+  expect_equal("dW from the copy", k_copy.download(), k_each.download());
+  EXPECT_EQ(copy.copy_reads, 5u);  // dy twice, the weight once
+  cuda::pop_bf16_copy(copy);
+  cuda::gemm(copy, false, false, M, K, N, 1.f, dg.data(), N, slice, K, 0.f, c_copy.data(), K);
+  EXPECT_EQ(copy.copy_reads, 6u) << "a popped copy still served dy (or the weights' did not)";
   {
     DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
     auto& b = *static_cast<cuda::Blas*>(current_context().blas);
     {
-      k::Bf16Weights scope(dw.data(), w.size());
-      EXPECT_EQ(b.weights, dw.data());
+      k::Bf16Copy weights(dw.data(), w.size());
+      {
+        k::Bf16Copy grad(dg.data(), g.size());
+        ASSERT_EQ(b.live, 2u);
+        EXPECT_EQ(b.copies[1].x, dg.data());
+      }
+      ASSERT_EQ(b.live, 1u);
+      EXPECT_EQ(b.copies[0].x, dw.data());
     }
-    EXPECT_EQ(b.weights, nullptr);
+    EXPECT_EQ(b.live, 0u);
   }
   DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);
-  k::Bf16Weights scope(dw.data(), w.size());
-  EXPECT_EQ(static_cast<cuda::Blas*>(current_context().blas)->weights, nullptr);
+  k::Bf16Copy scope(dw.data(), w.size());
+  EXPECT_EQ(static_cast<cuda::Blas*>(current_context().blas)->live, 0u);
 }
 
 // bf16 on the GPU is the CPU's bf16 GEMM: operands rounded to bf16, products summed in fp32, on

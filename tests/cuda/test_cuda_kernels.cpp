@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -99,6 +100,53 @@ TEST(CudaKernels, LinearForwardEpilogueIsTheCpusLinear) {
           k::cpu::add_bias<float>(y.data(), bias.data(), rows, out);
         expect_close("linear_forward", dy.download(), y, 1e-5, 1e-5);
       }
+  }
+}
+
+// A Linear's weight and bias gradients in one cuBLASLt matmul (the bias gradient its BGRADB
+// epilogue) are the CPU's GEMM and column sums, accumulated onto what the gradients held, in fp32
+// and on bf16 operands (the column sums then of dy as rounded), on a weight gradient aligned to 4
+// bytes only; every call ran in the epilogue. And k::linear_backward on a GPU context (dx too,
+// with and without a bias) is the CPU's.
+TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
+  PN_REQUIRE_GPU();
+  const int rows = 37, in = 48, out = 40;
+  const auto x = randf(size_t(rows) * in, 80), dy = randf(size_t(rows) * out, 81),
+             w = randf(size_t(out) * in, 82), dw0 = randf(size_t(out) * in + 1, 83),
+             db0 = randf(out, 84);
+  for (GemmMath math : {GemmMath::fp32, GemmMath::bf16}) {
+    SCOPED_TRACE(math == GemmMath::bf16 ? "bf16" : "fp32");
+    cuda::Blas blas(kStream, math);
+    DBuf<float> dx(x), ddy(dy), ddw(dw0), ddb(db0);
+    auto rounded = [&](std::vector<float> v) {
+      if (math == GemmMath::bf16)
+        for (float& e : v) e = __bfloat162float(__float2bfloat16(e));
+      return v;
+    };
+    const auto xr = rounded(x), dyr = rounded(dy);
+    EXPECT_TRUE(cuda::linear_weight_grad_epilogue(blas, dx.data(), ddy.data(), rows, in, out,
+                                                  ddw.data() + 1, ddb.data()));
+    EXPECT_EQ(blas.lt_calls, 1u);
+    std::vector<float> dW = dw0, db = db0;
+    k::cpu::gemm<float>(true, false, out, in, rows, 1.f, dyr.data(), out, xr.data(), in, 1.f,
+                        dW.data() + 1, in);
+    k::cpu::bias_grad<float>(dyr.data(), rows, out, db.data());
+    expect_close("dW", ddw.download(), dW, 1e-5, 1e-5);
+    expect_close("db", ddb.download(), db, 1e-5, 1e-5);
+  }
+  for (int with_bias = 0; with_bias < 2; ++with_bias) {
+    SCOPED_TRACE(with_bias ? "k::linear_backward with a bias" : "k::linear_backward, no bias");
+    std::vector<float> dxc(size_t(rows) * in), dW = dw0, db = db0;
+    k::linear_backward<float>(x.data(), dy.data(), rows, in, out, w.data(), dxc.data(),
+                              dW.data(), with_bias ? db.data() : nullptr);
+    DeviceScope gpu(Device::CUDA, 0, GemmMath::fp32);
+    Buf<float> bx, bdy, bw, bdx(dxc.size()), bdw, bdb;
+    bx.from_host(x), bdy.from_host(dy), bw.from_host(w), bdw.from_host(dw0), bdb.from_host(db0);
+    k::linear_backward<float>(bx.data(), bdy.data(), rows, in, out, bw.data(), bdx.data(),
+                              bdw.data(), with_bias ? bdb.data() : nullptr);
+    expect_close("dx", bdx.to_host(), dxc, 1e-5, 1e-5);
+    expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
+    expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
   }
 }
 
