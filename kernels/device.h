@@ -39,6 +39,9 @@ struct Context {
   void* blas = nullptr;    // CUDA: pn::cuda::Blas* bound to that stream
   GemmMath gemm_math = GemmMath::fp32;  // what the float GEMMs compute in
   Attention attention = Attention::fused;  // --attention (above)
+  // bf16 GEMMs on a GPU: layers keep GEMM inputs as their bf16 rounding (k::gemm_inputs_in_bf16);
+  // off, in fp32 and rounded at each call (the tests compare the two).
+  bool gemm_inputs_bf16 = true;
 };
 
 // This thread's current context.

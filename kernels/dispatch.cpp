@@ -148,14 +148,45 @@ std::once_flag lt_forward_said, lt_backward_said;
 #endif
 
 template <class T>
-void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* bias, bool relu,
-                    T* y) {
+bool gemm_inputs_in_bf16() {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>) {
+    const Context& c = current_context();
+    return c.device == Device::CUDA && c.gemm_math == GemmMath::bf16 && c.gemm_inputs_bf16;
+  }
+#endif
+  return false;
+}
+template bool gemm_inputs_in_bf16<float>();
+template bool gemm_inputs_in_bf16<double>();
+
+namespace {
+// A Linear's GEMM whose input may be kept in bf16 (A16 or B16 not null, which only
+// gemm_inputs_in_bf16 allows): cuBLAS on the kept bits; else gemm.
+template <class T>
+void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t* A16, int lda,
+               const T* B, const uint16_t* B16, int ldb, T beta, T* C, int ldc) {
+  if (!A16 && !B16) return gemm<T>(ta, tb, M, N, K, T(1), A, lda, B, ldb, beta, C, ldc);
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (current_device() == Device::CUDA)
+      return cuda::gemm_bf16_inputs(blas(stream()), ta, tb, M, N, K, 1.f, A, A16, lda, B, B16,
+                                    ldb, beta, C, ldc);
+#endif
+  throw std::logic_error("a GEMM input kept in bf16 where GEMMs do not read bf16 "
+                         "(only where gemm_inputs_in_bf16())");
+}
+}  // namespace
+
+template <class T>
+void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
+                    const T* bias, bool relu, T* y) {
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape.
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && (bias || relu)) {
-      const bool ran =
-          cuda::linear_forward_epilogue(blas(stream()), x, rows, in, out, W, bias, relu, y);
+      const bool ran = cuda::linear_forward_epilogue(blas(stream()), x, x16, rows, in, out, W,
+                                                     bias, relu, y);
       say_once(lt_forward_said, "a Linear's bias and ReLU", [&] {
         return ran ? "in cuBLASLt's epilogue"
                    : "a pass after the GEMM (cuBLASLt has no epilogue for the shape)";
@@ -163,7 +194,7 @@ void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* 
       if (ran) return;
     }
 #endif
-  gemm<T>(false, true, rows, out, in, T(1), x, in, W, in, T(0), y, out);
+  gemm_kept<T>(false, true, rows, out, in, x, x16, in, W, nullptr, in, T(0), y, out);
   if (relu && bias)
     bias_relu_forward<T>(y, bias, rows, out);
   else if (relu)
@@ -173,16 +204,16 @@ void linear_forward(const T* x, int rows, int in, int out, const T* W, const T* 
 }
 
 template <class T>
-void linear_backward(const T* x, const T* dy, int rows, int in, int out, const T* W, T* dx,
-                     T* dW, T* db) {
+void linear_backward(const T* x, const uint16_t* x16, const T* dy, int rows, int in, int out,
+                     const T* W, T* dx, T* dW, T* db) {
   const Bf16Copy dy16(dy, size_t(rows) * out);  // bf16 GEMMs: dy rounded once for both
   if (dx) gemm<T>(false, false, rows, in, out, T(1), dy, out, W, in, T(0), dx, in);
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias gradient in cuBLASLt's epilogue where it runs the shape.
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && db) {
-      const bool ran =
-          cuda::linear_weight_grad_epilogue(blas(stream()), x, dy, rows, in, out, dW, db);
+      const bool ran = cuda::linear_weight_grad_epilogue(blas(stream()), x, x16, dy, rows, in,
+                                                         out, dW, db);
       say_once(lt_backward_said, "a Linear's bias gradient", [&] {
         return ran ? "in cuBLASLt's epilogue (BGRADB) of the weight gradient"
                    : "a pass after the GEMM (cuBLASLt has no BGRADB for the shape)";
@@ -190,7 +221,7 @@ void linear_backward(const T* x, const T* dy, int rows, int in, int out, const T
       if (ran) return;
     }
 #endif
-  gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dW, in);
+  gemm_kept<T>(true, false, out, in, rows, dy, nullptr, out, x, x16, in, T(1), dW, in);
   if (db) bias_grad<T>(dy, rows, out, db);
 }
 
@@ -291,6 +322,19 @@ bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads) {
 }
 template bool attention_backward_reads_qkv<float>(int, int, int, int);
 template bool attention_backward_reads_qkv<double>(int, int, int, int);
+
+template <class T>
+const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_inputs_in_bf16<T>() && attention_path(nseq, seq_len, d, heads) == AttentionPath::cudnn)
+      return cuda::cudnn_attention_ctx16(saved, nseq, seq_len, d, heads);
+#endif
+  (void)saved, (void)nseq, (void)seq_len, (void)d, (void)heads;
+  return nullptr;
+}
+template const uint16_t* attention_ctx_bf16<float>(const float*, int, int, int, int);
+template const uint16_t* attention_ctx_bf16<double>(const double*, int, int, int, int);
 
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* saved, T* ctx) {

@@ -34,6 +34,20 @@ size_t attention_saved_size(int nseq, int seq_len, int d, int heads);
 // SDPA runs it (its `saved` holds a bf16 copy), so the layer need not keep the fp32 q|k|v.
 template <class T>
 bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
+// Where attention_forward keeps the context it computed as bf16 inside `saved` (cuDNN's SDPA)
+// and the layers keep GEMM inputs in bf16 (gemm_inputs_in_bf16), that bf16 ctx, the output
+// projection's x16: then attention_forward may be given no fp32 ctx (null), since neither the
+// projection nor that path's backward reads one. Null elsewhere.
+template <class T>
+const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d, int heads);
+
+// Whether a layer keeps an activation that only GEMMs read (a norm's output, the feed-forward's
+// hidden layer) for its backward as its bf16 rounding alone (round_bf16, passed as the x16 of
+// linear_forward and linear_backward) instead of in T: on a GPU context whose GEMMs compute in
+// bf16 (Context::gemm_inputs_bf16 on), for float. The GEMMs read the rounding they would
+// otherwise make at each call, so results are equal to the bit, in half the memory and passes.
+template <class T>
+bool gemm_inputs_in_bf16();
 
 // For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside
 // [x, x + n) from one bf16 copy made here, instead of rounding them at every call; on every other

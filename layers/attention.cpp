@@ -18,7 +18,8 @@ CausalSelfAttention<T>::CausalSelfAttention(ParamStore<T>& s, Workspace<T>& w,
 }
 
 template <class T>
-void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T* y) {
+void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T* y,
+                                     const uint16_t* x16) {
   nseq = num_seq;
   seq_len = seq_length;
   const size_t rows = size_t(nseq) * seq_len;
@@ -27,22 +28,26 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   T* q = keep ? (qkv.resize(rows * 3 * dim), qkv.data()) : ws->take(ws->qkv, rows * 3 * dim);
   qkv_saved = keep ? q : nullptr;
   saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));
-  ctx.resize(rows * dim);
-  qkv_proj.forward(x, int(rows), q);
-  k::attention_forward<T>(q, nseq, seq_len, dim, heads, saved.data(), ctx.data());
-  out_proj.forward(ctx.data(), int(rows), y);
+  // Where the attention keeps its output in bf16 for the projection, there is no fp32 ctx.
+  ctx16 = k::attention_ctx_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
+  if (!ctx16) ctx.resize(rows * dim);
+  qkv_proj.forward(x, int(rows), q, false, x16);
+  k::attention_forward<T>(q, nseq, seq_len, dim, heads, saved.data(),
+                          ctx16 ? nullptr : ctx.data());
+  out_proj.forward(ctx16 ? nullptr : ctx.data(), int(rows), y, false, ctx16);
 }
 
 template <class T>
-void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx) {
+void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16) {
   const size_t rows = size_t(nseq) * seq_len;
   T* dctx = ws->take(ws->dctx, rows * dim);
   T* dqkv = ws->take(ws->dqkv, rows * 3 * dim);
   T* scratch = ws->take(ws->attn_scratch, saved.size());
-  out_proj.backward(ctx.data(), dy, int(rows), dctx);
-  k::attention_backward<T>(qkv_saved, saved.data(), ctx.data(), dctx, nseq, seq_len, dim, heads,
-                           dqkv, scratch);
-  qkv_proj.backward(x, dqkv, int(rows), dx);
+  const T* ctx32 = ctx16 ? nullptr : ctx.data();
+  out_proj.backward(ctx32, dy, int(rows), dctx, ctx16);
+  k::attention_backward<T>(qkv_saved, saved.data(), ctx32, dctx, nseq, seq_len, dim, heads, dqkv,
+                           scratch);
+  qkv_proj.backward(x, dqkv, int(rows), dx, x16);
 }
 
 template struct CausalSelfAttention<float>;

@@ -20,13 +20,16 @@ struct CausalSelfAttention {
   // activations, reused across steps; saved: the probabilities or, fused, the log-sum-exps
   Buf<T> qkv, saved, ctx;
   const T* qkv_saved = nullptr;  // qkv of the last forward where the backward reads it, else null
+  const uint16_t* ctx16 = nullptr;  // ctx in bf16 inside `saved` where kept so (then no fp32 ctx)
   int nseq = 0, seq_len = 0;
 
   CausalSelfAttention() = default;
   CausalSelfAttention(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d,
                       int num_heads);
-  void forward(const T* x, int num_seq, int seq_length, T* y);
-  void backward(const T* x, const T* dy, T* dx);  // same x as forward; dx overwritten
+  // x16: x's bf16 rounding where the caller keeps only that (Linear::forward).
+  void forward(const T* x, int num_seq, int seq_length, T* y, const uint16_t* x16 = nullptr);
+  // The same x (or x16) as forward; dx overwritten.
+  void backward(const T* x, const T* dy, T* dx, const uint16_t* x16 = nullptr);
 };
 
 

@@ -10,18 +10,19 @@ FeedForward<T>::FeedForward(ParamStore<T>& s, Workspace<T>& w, const std::string
     : fc1(s, name + ".fc1", d, ffn_dim), fc2(s, name + ".fc2", ffn_dim, d), ws(&w) {}
 
 template <class T>
-void FeedForward<T>::forward(const T* x, int num_rows, T* y) {
+void FeedForward<T>::forward(const T* x, int num_rows, T* y, const uint16_t* x16) {
   rows = num_rows;
-  hidden.resize(size_t(rows) * fc1.out);
-  fc1.forward(x, rows, hidden.data(), /*relu=*/true);
-  fc2.forward(hidden.data(), rows, y);
+  const size_t n = size_t(rows) * fc1.out;
+  fc1.forward(x, rows, hidden.begin(n, ws->hidden), /*relu=*/true, x16);
+  hidden.end(n);
+  fc2.forward(hidden.x, rows, y, false, hidden.x16);
 }
 
 template <class T>
-void FeedForward<T>::backward(const T* x, const T* dy, T* dx) {
-  T* dhidden = ws->take(ws->dhidden, hidden.size());
-  fc2.backward(hidden.data(), dy, rows, dhidden);
-  fc1.backward_relu(x, hidden.data(), dhidden, rows, dx);
+void FeedForward<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16) {
+  T* dhidden = ws->take(ws->dhidden, size_t(rows) * fc1.out);
+  fc2.backward(hidden.saved(), dy, rows, dhidden, hidden.x16);
+  fc1.backward_relu(x, hidden.saved(), dhidden, rows, dx, x16, hidden.x16);
 }
 
 template struct FeedForward<float>;

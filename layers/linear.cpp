@@ -13,24 +13,29 @@ Linear<T>::Linear(ParamStore<T>& s, const std::string& name, int in_features, in
 }
 
 template <class T>
-void Linear<T>::forward(const T* x, int rows, T* y, bool relu) const {
-  k::linear_forward<T>(x, rows, in, out, store->p(w), b >= 0 ? store->p(b) : nullptr, relu, y);
+void Linear<T>::forward(const T* x, int rows, T* y, bool relu, const uint16_t* x16) const {
+  k::linear_forward<T>(x, x16, rows, in, out, store->p(w), b >= 0 ? store->p(b) : nullptr, relu,
+                       y);
 }
 
 template <class T>
-void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx) const {
-  k::linear_backward<T>(x, dy, rows, in, out, store->p(w), dx, store->g(w),
+void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16) const {
+  k::linear_backward<T>(x, x16, dy, rows, in, out, store->p(w), dx, store->g(w),
                         b >= 0 ? store->g(b) : nullptr);
 }
 
 template <class T>
-void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx) const {
+void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, const uint16_t* x16,
+                              const uint16_t* y16) const {
   // The ReLU's mask and the bias gradient in one pass over dy, then the GEMMs.
-  if (b >= 0)
-    k::relu_backward_bias_grad<T>(y, dy, rows, out, store->g(b));
+  T* db = b >= 0 ? store->g(b) : nullptr;
+  if (y16)
+    k::relu_backward_bias_grad_bf16<T>(y16, dy, rows, out, db);
+  else if (db)
+    k::relu_backward_bias_grad<T>(y, dy, rows, out, db);
   else
     k::relu_backward<T>(y, dy, size_t(rows) * out, dy);
-  k::linear_backward<T>(x, dy, rows, in, out, store->p(w), dx, store->g(w), nullptr);
+  k::linear_backward<T>(x, x16, dy, rows, in, out, store->p(w), dx, store->g(w), nullptr);
 }
 
 template struct Linear<float>;

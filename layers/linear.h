@@ -1,6 +1,7 @@
 // Linear layer y = x W^T + b, W: [out, in] (PyTorch's layout).
 // Backward: dx = dy W;  dW += dy^T x;  db += sum_rows dy.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "layers/params.h"
@@ -16,12 +17,16 @@ struct Linear {
   Linear(ParamStore<T>& s, const std::string& name, int in_features, int out_features,
          bool bias = true);
   // relu: y = max(x W^T + b, 0), bias and ReLU in one pass (on a GPU, the GEMM's epilogue).
-  void forward(const T* x, int rows, T* y, bool relu = false) const;
+  // x16: where not null, x's bf16 rounding kept by the caller (k::gemm_inputs_in_bf16), which the
+  // GEMMs read instead of x (x may then be null).
+  void forward(const T* x, int rows, T* y, bool relu = false, const uint16_t* x16 = nullptr) const;
   // dx (may be null) is overwritten; parameter gradients accumulate.
-  void backward(const T* x, const T* dy, int rows, T* dx) const;
-  // Backward of forward(..., relu = true): y is its output and dy the gradient with respect to
-  // y, masked in place by the ReLU in the same pass that takes the bias gradient.
-  void backward_relu(const T* x, const T* y, T* dy, int rows, T* dx) const;
+  void backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16 = nullptr) const;
+  // Backward of forward(..., relu = true): y is its output (or y16 its bf16 rounding) and dy the
+  // gradient with respect to y, masked in place by the ReLU in the same pass that takes the bias
+  // gradient.
+  void backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, const uint16_t* x16 = nullptr,
+                     const uint16_t* y16 = nullptr) const;
 };
 
 }  // namespace pn

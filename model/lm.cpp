@@ -56,18 +56,20 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
   for (size_t l = 0; l < blocks.size(); ++l) {
     Block& b = blocks[l];
     Buf<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
-    b.a.resize(n), b.mid.resize(n), b.b.resize(n);
+    b.mid.resize(n);
     next.resize(n);
-    b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
-    b.attn.forward(b.a.data(), batch.nseq, batch.seq_len, branch);
+    b.norm_self->forward(b.x.data(), mask, rows, b.a.begin(n, workspace.norm_out), training);
+    b.a.end(n);
+    b.attn.forward(b.a.x, batch.nseq, batch.seq_len, branch, b.a.x16);
     if (drop) {
       b.keep_attn.resize(n);
       k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
     }
     k::dropout_add<T>(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p, n,
                       b.mid.data());
-    b.norm_ff->forward(b.mid.data(), mask, rows, b.b.data(), training);
-    b.ff.forward(b.b.data(), rows, branch);
+    b.norm_ff->forward(b.mid.data(), mask, rows, b.b.begin(n, workspace.norm_out), training);
+    b.b.end(n);
+    b.ff.forward(b.b.x, rows, branch, b.b.x16);
     if (drop) {
       b.keep_ff.resize(n);
       k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
@@ -109,12 +111,12 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
     // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch;
     // without dropout the branch's output gradient is the stream's, read where it is)
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_ff.data(), p, n, df);
-    b.ff.backward(b.b.data(), drop ? df : grad_a.data(), grad_b.data());
+    b.ff.backward(b.b.saved(), drop ? df : grad_a.data(), grad_b.data(), b.b.x16);
     b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt mid
     // mid = x + drop(attn(norm_self(x)))
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_attn.data(), p, n, df);
-    b.attn.backward(b.a.data(), drop ? df : grad_a.data(), grad_b.data());
+    b.attn.backward(b.a.saved(), drop ? df : grad_a.data(), grad_b.data(), b.a.x16);
     b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
     k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
     if (grads_ready) grads_ready(b.param_begin);

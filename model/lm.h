@@ -14,6 +14,7 @@
 #include "layers/attention.h"
 #include "layers/embedding.h"
 #include "layers/feed_forward.h"
+#include "layers/gemm_input.h"
 #include "layers/norms/norm.h"
 #include "layers/workspace.h"
 
@@ -42,9 +43,11 @@ struct LanguageModel {
     std::unique_ptr<Norm<T>> norm_self, norm_ff;
     CausalSelfAttention<T> attn;
     FeedForward<T> ff;
-    // activations of the last training forward: block input, norm outputs, mid (the branch
-    // outputs, which no backward reads, are the workspace's)
-    Buf<T> x, a, mid, b;
+    // activations of the last training forward: block input, mid, the norm outputs (which
+    // only GEMMs read; layers/gemm_input.h); the branch outputs, which no backward reads, are
+    // the workspace's
+    Buf<T> x, mid;
+    GemmInput<T> a, b;
     Buf<uint8_t> keep_attn, keep_ff;
     size_t param_begin = 0;  // offset of the block's first parameter in the flat buffer
   };

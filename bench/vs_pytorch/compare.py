@@ -49,23 +49,14 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pn_config import read_ini  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 NORM_SITES = ("encoder-norm-self", "encoder-norm-ff", "encoder-norm-final", "decoder-norm-self",
               "decoder-norm-cross", "decoder-norm-ff", "decoder-norm-final")
-
-
-def read_ini(path):
-    """train_torch.read_ini, here so that this script runs under any Python 3 (no torch)."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("[") and "=" in line:
-                k, v = line.split("=", 1)
-                out[k.strip()] = v.strip()
-    return out
 
 
 def translation_norms(cfg):

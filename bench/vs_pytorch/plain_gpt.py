@@ -66,6 +66,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pn_config import learning_rate, read_ini  # noqa: E402
+
 # pntrain's defaults (trainer/options.h) for the keys read here.
 DEFAULTS = {
     "arch": "transformer_lm", "tokens-per-sample": 64, "max-tokens": 2048, "update-freq": 1,
@@ -75,18 +78,6 @@ DEFAULTS = {
     "label-smoothing": 0.1, "lr-scheduler": "inverse_sqrt", "warmup-updates": 100,
     "warmup-init-lr": 0.0, "clip-norm": 0.0,
 }
-
-
-def read_ini(path):
-    """pntrain's INI subset: 'key = value' lines, '#' comments, no sections."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("[") and "=" in line:
-                k, v = line.split("=", 1)
-                out[k.strip()] = v.strip()
-    return out
 
 
 def parse_args(argv=None):
@@ -226,16 +217,6 @@ class PlainGPT(nn.Module):
             logits = logits[:, :self.vocab]
         smooth = {"label_smoothing": self.smoothing} if self.smoothing else {}
         return F.cross_entropy(logits, targets.view(-1), **smooth)
-
-
-def learning_rate(cfg, update):
-    """The config's schedule at update (1-based): linear warmup, then inverse_sqrt or fixed."""
-    lr, init, W = cfg["lr"], cfg["warmup-init-lr"], cfg["warmup-updates"]
-    if W > 0 and update < W:
-        return init + (lr - init) * update / W
-    if cfg["lr-scheduler"] == "inverse_sqrt" and W > 0:
-        return lr * (W / update) ** 0.5
-    return lr
 
 
 def run(args, cfg):

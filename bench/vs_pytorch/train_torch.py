@@ -60,6 +60,7 @@ import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from pn_config import learning_rate, read_ini  # noqa: E402
 from model import (NORM_SITES, LMWithLoss, TransformerLM, TransformerMT, label_smoothed_loss,  # noqa: E402
                    load_pn_export)
 
@@ -83,19 +84,6 @@ DEFAULTS.update({site: "layer" for site in NORM_SITES})
 def to_bool(text):
     """Boost.Program_options' spellings of a switch's value."""
     return str(text).strip().lower() in ("1", "true", "yes", "on")
-
-
-def read_ini(path):
-    """Boost.Program_options INI subset: 'key = value' lines, '#' comments, no sections."""
-    out = {}
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if not line or line.startswith("[") or "=" not in line:
-                continue
-            k, v = line.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 def parse_args(argv=None):
@@ -401,16 +389,6 @@ def make_parallel_batch(src, tgt, ids):
         t[r, :len(b)], tm[r, :len(b)] = b, True
         p[r, 0], p[r, 1:len(b)] = 1, b[:-1]
     return s, sm, p, t, tm
-
-
-def learning_rate(cfg, update):
-    """trainer/schedule.h (update 1-based)."""
-    lr, init, W = cfg["lr"], cfg["warmup-init-lr"], cfg["warmup-updates"]
-    if W > 0 and update < W:
-        return init + (lr - init) * update / W
-    if cfg["lr-scheduler"] == "inverse_sqrt" and W > 0:
-        return lr * (W / update) ** 0.5
-    return lr
 
 
 def peak_rss_mb():

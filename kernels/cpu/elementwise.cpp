@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_rounding.h"
 
 namespace pn::k::cpu {
 
@@ -72,6 +73,26 @@ template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int
       }
     }
   }
+}
+template <class T>
+void relu_backward_bias_grad_bf16(const uint16_t* y16, T* dy, int rows, int cols, T* db) {
+  // y > 0 exactly where its bf16 bits are 0x0001 (the least denormal) to 0x7f80 (+Inf).
+#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
+  for (int c0 = 0; c0 < cols; c0 += 64) {
+    const int c1 = std::min(cols, c0 + 64);
+    for (int r = 0; r < rows; ++r) {
+      const uint16_t* yr = y16 + size_t(r) * cols;
+      T* dr = dy + size_t(r) * cols;
+      for (int c = c0; c < c1; ++c) {
+        dr[c] = yr[c] >= 0x0001u && yr[c] <= 0x7f80u ? dr[c] : T(0);
+        if (db) db[c] += dr[c];
+      }
+    }
+  }
+}
+void round_bf16(const float* x, size_t n, uint16_t* y) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y[i] = bf16_bits(x[i]);
 }
 template <class T> void relu_forward(const T* x, size_t n, T* y) {
 #pragma omp parallel for simd schedule(static) if (n > 65536)

@@ -21,4 +21,14 @@ inline float round_mantissa(float f, int keep) {
 
 inline float round_to_bf16(float f) { return round_mantissa(f, 7); }
 
+// The bits of f rounded to bf16 (the upper half of round_to_bf16's); a NaN stays a quiet NaN.
+inline uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  const float r = round_to_bf16(f);
+  std::memcpy(&u, &r, 4);
+  return uint16_t(u >> 16);
+}
+
 }  // namespace pn

@@ -85,14 +85,15 @@ struct Blas {
 // k::linear_forward (y = x W^T + bias, ReLU'd where relu) in one cuBLASLt matmul with the bias
 // and the ReLU in its epilogue; false where cuBLASLt has no algorithm for the shape or refuses
 // the call (k::linear_forward then runs gemm and one pass; at most the bf16 roundings of the
-// operands were queued, which gemm makes again).
-bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out, const float* W,
-                             const float* bias, bool relu, float* y);
+// operands were queued, which gemm makes again). Both read x16, x's kept bf16 rounding, instead
+// of x where it is not null (as gemm_bf16_inputs).
+bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
+                             int out, const float* W, const float* bias, bool relu, float* y);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
 // one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
 // then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.
-bool linear_weight_grad_epilogue(Blas& b, const float* x, const float* dy, int rows, int in,
-                                 int out, float* dW, float* db);
+bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
+                                 int rows, int in, int out, float* dW, float* db);
 
 // batch independent GEMMs, operand i at A + i*stride_a (and so on); under bf16 math cuBLAS's
 // CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands (the materialized attention's per-head GEMMs,
@@ -107,6 +108,12 @@ void gemm_strided_batched(Blas& b, bool trans_a, bool trans_b, int M, int N, int
 // accumulation and float C (CUBLAS_COMPUTE_32F on CUDA_R_16BF inputs), so master weights,
 // optimizer state and norm statistics stay float. to_bf16 rounds to nearest even; from_bf16 is
 // exact (the tests use it).
+// gemm on a bf16 Blas with an operand given already rounded where A16 (B16) is not null: a
+// layer's GEMM input kept in bf16 (k::round_bf16's bits); the others are rounded here, or read
+// from a bf16 copy that holds them. A kept input on a Blas of other math is a std::logic_error.
+void gemm_bf16_inputs(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                      const float* A, const uint16_t* A16, int lda, const float* B,
+                      const uint16_t* B16, int ldb, float beta, float* C, int ldc);
 void gemm_bf16(Blas& b, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float beta,
                float* C, int ldc);
@@ -136,6 +143,9 @@ void flash_attention_backward(const float* qkv, const float* lse, const float* c
 // floats; the backward reads qkv and ctx from `saved` (their bf16 copies).
 std::string cudnn_attention_unsupported(int nseq, int seq_len, int d, int heads);
 size_t cudnn_attention_saved_size(int nseq, int seq_len, int d, int heads);
+// The bf16 ctx that cudnn_attention_forward keeps in `saved` (rows x d, k::round_bf16's bits).
+const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int seq_len, int d,
+                                      int heads);
 std::string sdpa_description();  // the cuDNN in use (cudnn_sdpa.h)
 void cudnn_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
                              float* saved, float* ctx, cudaStream_t s);

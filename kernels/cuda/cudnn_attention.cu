@@ -1,7 +1,8 @@
 // The causal attention of --precision bf16 on a GPU through cuDNN's fused SDPA (the library
 // boundary is kernels/cuda/cudnn_sdpa.h): the fp32 activations in, rounded to bf16 once, and
 // out again, so the layers see the same buffers as on every other path.
-//   forward:  qkv16 = bf16(qkv); o16, lse = sdpa(qkv16); ctx = float(o16)
+//   forward:  qkv16 = bf16(qkv); o16, lse = sdpa(qkv16); ctx = float(o16) (where asked for:
+//             a layer keeping GEMM inputs in bf16 reads o16, k::attention_ctx_bf16)
 //   backward: dout16 = bf16(dctx); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
 //             dqkv = float(dqkv16)
 // `saved` keeps lse, qkv16 and o16 for the backward (the backward converts only dctx); the
@@ -44,6 +45,10 @@ size_t cudnn_attention_saved_size(int nseq, int T, int d, int heads) {
   return saved_layout(nseq, T, d, heads).end;
 }
 
+const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int T, int d, int heads) {
+  return reinterpret_cast<const uint16_t*>(saved + saved_layout(nseq, T, d, heads).o16);
+}
+
 void cudnn_attention_forward(const float* qkv, int nseq, int T, int d, int heads, float* saved,
                              float* ctx, cudaStream_t s) {
   if (nseq == 0 || T == 0) return;
@@ -55,7 +60,7 @@ void cudnn_attention_forward(const float* qkv, int nseq, int T, int d, int heads
   to_bf16(qkv, rows * 3 * d, qkv16, s);
   void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
   sdpa_forward(shape, qkv16, o16, saved + l.lse, workspace, s);
-  from_bf16(o16, rows * d, ctx, s);
+  if (ctx) from_bf16(o16, rows * d, ctx, s);  // none where the projection reads o16 itself
 }
 
 void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, int T, int d,

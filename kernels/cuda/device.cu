@@ -178,16 +178,39 @@ const __nv_bfloat16* bf16_operand(Blas& b, const float* x, size_t n, int slot) {
 }
 }  // namespace
 
+namespace {
+// A kept bf16 input (uint16_t bits, round_bf16) as cuBLAS's type; only a bf16 Blas reads one.
+const __nv_bfloat16* kept_bf16(const Blas& b, const uint16_t* x16) {
+  if (b.math != GemmMath::bf16)
+    throw std::logic_error("a GEMM input kept in bf16 reached GEMMs that compute in " +
+                           std::string(b.math == GemmMath::tf32 ? "tf32" : "fp32"));
+  return reinterpret_cast<const __nv_bfloat16*>(x16);
+}
+}  // namespace
+
+void gemm_bf16_inputs(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A,
+                      const uint16_t* A16, int lda, const float* B, const uint16_t* B16, int ldb,
+                      float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  const size_t na = ta ? view_span(K, M, lda) : view_span(M, K, lda);
+  const size_t nb = tb ? view_span(N, K, ldb) : view_span(K, N, ldb);
+  if (K == 0) {  // no products: cuBLAS scales C (the rounding of nothing is skipped)
+    CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
+                              CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute(b),
+                              CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  gemm_bf16(b, ta, tb, M, N, K, alpha,
+            A16 ? kept_bf16(b, A16) : bf16_operand(b, A, na, kSlotBf16A), lda,
+            B16 ? kept_bf16(b, B16) : bf16_operand(b, B, nb, kSlotBf16B), ldb, beta, C, ldc);
+}
+
 void gemm(Blas& b, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
-  if (b.math == GemmMath::bf16 && K > 0) {
-    const size_t na = ta ? view_span(K, M, lda) : view_span(M, K, lda);
-    const size_t nb = tb ? view_span(N, K, ldb) : view_span(K, N, ldb);
-    gemm_bf16(b, ta, tb, M, N, K, alpha, bf16_operand(b, A, na, kSlotBf16A), lda,
-              bf16_operand(b, B, nb, kSlotBf16B), ldb, beta, C, ldc);
-    return;
-  }
+  if (b.math == GemmMath::bf16 && K > 0)
+    return gemm_bf16_inputs(b, ta, tb, M, N, K, alpha, A, nullptr, lda, B, nullptr, ldb, beta, C,
+                            ldc);
   CUBLAS_CHECK(cublasGemmEx(b.handle, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_32F, ldb, A,
                             CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, compute(b),
                             CUBLAS_GEMM_DEFAULT));
@@ -286,18 +309,18 @@ bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float be
 
 }  // namespace
 
-bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out, const float* W,
-                             const float* bias, bool relu, float* y) {
+bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
+                             int out, const float* W, const float* bias, bool relu, float* y) {
   if (rows == 0 || out == 0) return true;
   if (in == 0) return false;  // no products: gemm writes the zeros
   const cublasLtEpilogue_t epilogue =
       bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
   const bool bf16 = b.math == GemmMath::bf16;
   const void* w_op = W;
-  const void* x_op = x;
+  const void* x_op = x16 ? kept_bf16(b, x16) : static_cast<const void*>(x);
   if (bf16) {
     w_op = bf16_operand(b, W, size_t(out) * in, kSlotBf16B);
-    x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
+    if (!x16) x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
   }
   // y^T [out, rows] = W^T^T x^T: W stored [in, out] (ld in) and transposed, x stored [in, rows]
   // (ld in), the bias one value per row of y^T.
@@ -306,15 +329,15 @@ bool linear_forward_epilogue(Blas& b, const float* x, int rows, int in, int out,
   return lt_matmul(b, key, w_op, x_op, 0.f, y, bias);
 }
 
-bool linear_weight_grad_epilogue(Blas& b, const float* x, const float* dy, int rows, int in,
-                                 int out, float* dW, float* db) {
+bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
+                                 int rows, int in, int out, float* dW, float* db) {
   if (out == 0 || in == 0) return true;
   if (rows == 0) return false;  // no products: gemm and bias_grad add nothing
   const bool bf16 = b.math == GemmMath::bf16;
-  const void* x_op = x;
+  const void* x_op = x16 ? kept_bf16(b, x16) : static_cast<const void*>(x);
   const void* dy_op = dy;
   if (bf16) {
-    x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
+    if (!x16) x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
     dy_op = bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
   }
   // dW^T [in, out] += x^T dy: x stored [in, rows] (ld in), dy stored [out, rows] (ld out) and

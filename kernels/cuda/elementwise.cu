@@ -292,6 +292,17 @@ void relu_backward_bias_grad(const float* y, float* dy, int rows, int cols, floa
   for_each(size_t(rows) * cols, s, [=] __device__(size_t i) { dy[i] = y[i] > 0.f ? dy[i] : 0.f; });
   bias_grad(dy, rows, cols, db, s);
 }
+void relu_backward_bias_grad_bf16(const uint16_t* y16, float* dy, int rows, int cols, float* db,
+                                  cudaStream_t s) {
+  // y > 0 exactly where its bf16 bits are 0x0001 (the least denormal) to 0x7f80 (+Inf).
+  for_each(size_t(rows) * cols, s, [=] __device__(size_t i) {
+    dy[i] = y16[i] >= 0x0001u && y16[i] <= 0x7f80u ? dy[i] : 0.f;
+  });
+  if (db) bias_grad(dy, rows, cols, db, s);
+}
+void round_bf16(const float* x, size_t n, uint16_t* y, cudaStream_t s) {
+  to_bf16(x, n, reinterpret_cast<__nv_bfloat16*>(y), s);
+}
 void dropout_add(const float* a, const float* b, const uint8_t* keep, float p, size_t n,
                  float* y, cudaStream_t s) {
   if (!keep) return add(a, b, n, y, s);

@@ -1062,8 +1062,8 @@ def seed_summary(rows, vlist):
                 "yes: %s than LN" % ("lower" if w["diff"] < 0 else "higher") if out else "no"))
         if ln_m:
             words.append(describe_difference(label, "LN", w, "test ppl"))
-    if words:
-        L += ["", "In words:", ""] + ["- " + x for x in words]
+    if words or unseeded:
+        L += ["", "In words:", ""] + ["- " + x for x in words + unseeded]
     return L
 
 
@@ -1278,19 +1278,29 @@ def write_dropout_report(a, runner, vlist, ps):
             if any(cells):
                 L.append("| %s | %d | %s |" % (v[1], seed, " | ".join(
                     "%.1f (%.1f)" % (r["test_ppl"], r["valid_ppl"]) if r else "—" for r in cells)))
-    best = {}
+    # A dropout is chosen on two seeds or more where the norm has any such (one seed's
+    # validation is no mean to compare with another dropout's); a single-seed dropout that
+    # validates better than the choice is named below it, as the cell that needs seeds.
+    best, unseeded = {}, []
     for v in vlist:
-        score = {p: statistics.mean(got[(v[0], s, p)]["valid_ppl"] for s in runner.seeds
-                                    if (v[0], s, p) in got)
-                 for p in ps if any((v[0], s, p) in got for s in runner.seeds)}
-        if score:
-            best[v[0]] = min(score, key=lambda p: score[p])
+        runs = {p: [got[(v[0], s, p)]["valid_ppl"] for s in runner.seeds if (v[0], s, p) in got]
+                for p in ps}
+        score = {p: statistics.mean(x) for p, x in runs.items() if x}
+        eligible = [p for p in score if len(runs[p]) >= 2] or list(score)
+        if eligible:
+            best[v[0]] = min(eligible, key=lambda p: score[p])
+            unseeded += ["%s at dropout %s (%d seed, best validation %.1f) validates better than "
+                         "its choice %s (mean %.1f over %d seeds): it needs seeds before it can "
+                         "be chosen." % (v[1], p, len(runs[p]), score[p], best[v[0]],
+                                        score[best[v[0]]], len(runs[best[v[0]]]))
+                         for p in score if p not in eligible and score[p] < score[best[v[0]]]]
     complete = [v[0] for v in vlist if all((v[0], s, p) in got for s in runner.seeds[:1]
                                            for p in ps)]
     L += ["", "## Each norm at its own best dropout", "",
           "The dropout of the lowest mean best-validation perplexity over the seeds that have "
-          "finished (the test set plays no part in the choice). A norm whose dropout cells have "
-          "not all finished is marked: its best may still change.", "",
+          "finished, among the dropouts with two seeds or more where the norm has such (the "
+          "test set plays no part in the choice). A norm whose dropout cells have not all "
+          "finished is marked: its best may still change.", "",
           "| norm | best dropout | seeds | test ppl | − LN at its best | 95% CI | p |",
           "|---|---|---|---|---|---|---|"]
     base = [got[("layer", s, best["layer"])]["test_ppl"] for s in runner.seeds
@@ -1314,8 +1324,8 @@ def write_dropout_report(a, runner, vlist, ps):
             "[%+.2f, %+.2f]" % (w["lo"], w["hi"]) if w else "—", "%.3f" % w["p"] if w else "—"))
         words.append(describe_difference("%s (dropout %s)" % (v[1], best[v[0]]),
                                          "LN (dropout %s)" % best["layer"], w, "test ppl"))
-    if words:
-        L += ["", "In words:", ""] + ["- " + x for x in words]
+    if words or unseeded:
+        L += ["", "In words:", ""] + ["- " + x for x in words + unseeded]
     for p in ps:
         L += matched_loss_table([(labels[k], r) for (k, s, pp), r in got.items() if pp == p],
                                 "## At matched training loss, dropout %s" % p)

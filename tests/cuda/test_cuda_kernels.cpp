@@ -85,7 +85,8 @@ TEST(CudaKernels, LinearForwardEpilogueIsTheCpusLinear) {
         SCOPED_TRACE(std::string(math == GemmMath::bf16 ? "bf16" : "fp32") +
                      (with_bias ? " bias" : "") + (relu ? " relu" : ""));
         const size_t before = blas.lt_calls;
-        EXPECT_TRUE(cuda::linear_forward_epilogue(blas, dx.data(), rows, in, out, dw.data() + 1,
+        EXPECT_TRUE(cuda::linear_forward_epilogue(blas, dx.data(), nullptr, rows, in, out,
+                                                  dw.data() + 1,
                                                   with_bias ? db.data() : nullptr, relu,
                                                   dy.data()));
         EXPECT_EQ(blas.lt_calls - before, 1u);
@@ -124,8 +125,8 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
       return v;
     };
     const auto xr = rounded(x), dyr = rounded(dy);
-    EXPECT_TRUE(cuda::linear_weight_grad_epilogue(blas, dx.data(), ddy.data(), rows, in, out,
-                                                  ddw.data() + 1, ddb.data()));
+    EXPECT_TRUE(cuda::linear_weight_grad_epilogue(blas, dx.data(), nullptr, ddy.data(), rows, in,
+                                                  out, ddw.data() + 1, ddb.data()));
     EXPECT_EQ(blas.lt_calls, 1u);
     std::vector<float> dW = dw0, db = db0;
     k::cpu::gemm<float>(true, false, out, in, rows, 1.f, dyr.data(), out, xr.data(), in, 1.f,
@@ -137,17 +138,45 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
   for (int with_bias = 0; with_bias < 2; ++with_bias) {
     SCOPED_TRACE(with_bias ? "k::linear_backward with a bias" : "k::linear_backward, no bias");
     std::vector<float> dxc(size_t(rows) * in), dW = dw0, db = db0;
-    k::linear_backward<float>(x.data(), dy.data(), rows, in, out, w.data(), dxc.data(),
+    k::linear_backward<float>(x.data(), nullptr, dy.data(), rows, in, out, w.data(), dxc.data(),
                               dW.data(), with_bias ? db.data() : nullptr);
     DeviceScope gpu(Device::CUDA, 0, GemmMath::fp32);
     Buf<float> bx, bdy, bw, bdx(dxc.size()), bdw, bdb;
     bx.from_host(x), bdy.from_host(dy), bw.from_host(w), bdw.from_host(dw0), bdb.from_host(db0);
-    k::linear_backward<float>(bx.data(), bdy.data(), rows, in, out, bw.data(), bdx.data(),
+    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), rows, in, out, bw.data(), bdx.data(),
                               bdw.data(), with_bias ? bdb.data() : nullptr);
     expect_close("dx", bdx.to_host(), dxc, 1e-5, 1e-5);
     expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
     expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
   }
+}
+
+// A GEMM input kept in bf16: round_bf16's bits are the CPU's (nearest even, the GEMMs'
+// rounding), and the ReLU's backward from them masks and sums as the CPU's from the same bits
+// and as the fp32 ReLU's backward from y itself (y > 0 exactly where its rounding is).
+TEST(CudaKernels, KeptBf16InputIsTheCpusRounding) {
+  PN_REQUIRE_GPU();
+  const int rows = 67, cols = 45;
+  const size_t n = size_t(rows) * cols;
+  auto y = randf(n, 90);
+  y[0] = 0.f, y[1] = -0.f, y[2] = 1e-40f, y[3] = -1e-40f;  // zeros and denormals of both signs
+  const auto dy = randf(n, 91), db0 = randf(cols, 92);
+  std::vector<uint16_t> y16(n);
+  k::round_bf16(y.data(), n, y16.data());
+  DBuf<float> dyv(y), ddy(dy), ddb(db0);
+  DBuf<uint16_t> dy16(n);
+  cuda::round_bf16(dyv.data(), n, dy16.data(), kStream);
+  const std::vector<uint16_t> got16 = dy16.download();
+  size_t differ = 0;
+  for (size_t i = 0; i < n; ++i) differ += got16[i] != y16[i];
+  EXPECT_EQ(differ, 0u) << "round_bf16's bits differ from the CPU's";
+  std::vector<float> dx = dy, db = db0, dx32 = dy, db32 = db0;
+  k::relu_backward_bias_grad_bf16<float>(y16.data(), dx.data(), rows, cols, db.data());
+  k::relu_backward_bias_grad<float>(y.data(), dx32.data(), rows, cols, db32.data());
+  expect_equal("CPU: mask from the rounding", dx, dx32);
+  cuda::relu_backward_bias_grad_bf16(dy16.data(), ddy.data(), rows, cols, ddb.data(), kStream);
+  expect_equal("relu_backward_bias_grad_bf16 dy", ddy.download(), dx);
+  expect_close("relu_backward_bias_grad_bf16 db", ddb.download(), db, 1e-5, 1e-5);
 }
 
 TEST(CudaKernels, ElementWise) {

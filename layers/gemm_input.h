@@ -1,0 +1,49 @@
+// GemmInput<T>: an activation that only GEMMs read (a norm's output feeding a projection, the
+// feed-forward's hidden layer), kept from its forward for the weight gradient of its backward.
+// Kept in T, or, where the context's GEMMs read bf16 (k::gemm_inputs_in_bf16: a GPU at
+// --precision bf16), only as its bf16 rounding: the producer then writes its T values into a
+// transient of the model's Workspace, which is gone by the backward, and the GEMMs read the
+// rounding, the one they would otherwise make at each call (the results are the same to the bit).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/buffer.h"
+#include "kernels/kernels.h"
+#include "layers/workspace.h"
+
+namespace pn {
+
+template <class T>
+struct GemmInput {
+  Buf<T> full;                    // the activation in T, where kept so
+  Buf<uint16_t> half;             // its bf16 rounding, where kept so
+  const T* x = nullptr;           // the T values of the last forward (a transient where kept in bf16)
+  const uint16_t* x16 = nullptr;  // the rounding, or null
+
+  // Where the producer writes the next forward's n values: `full`, or the transient.
+  T* begin(size_t n, Buf<T>& transient) {
+    x16 = nullptr;
+    if (!k::gemm_inputs_in_bf16<T>()) {
+      full.resize(n);
+      return const_cast<T*>(x = full.data());
+    }
+    T* t = Workspace<T>::take(transient, n);
+    x = t;
+    return t;
+  }
+  // After the producer (before the GEMMs read it): the rounding, where kept in bf16.
+  void end(size_t n) {
+    if constexpr (std::is_same_v<T, float>)
+      if (k::gemm_inputs_in_bf16<T>()) {
+        half.resize(n);
+        k::round_bf16(x, n, half.data());
+        x16 = half.data();
+      }
+  }
+  // For the backward: the T values where kept in T (null where only the rounding is kept).
+  const T* saved() const { return x16 ? nullptr : x; }
+};
+
+}  // namespace pn
