@@ -102,6 +102,37 @@ struct BiasGradOp {  // v0 = dy[r, c]
     v1 = 0;
   }
 };
+// The ReLU's output y > 0: from y itself, or from its bf16 rounding's bits (0x0001, the least
+// denormal, to 0x7f80, +Inf).
+__device__ __forceinline__ bool positive(const float* y, size_t i) { return y[i] > 0.f; }
+__device__ __forceinline__ bool positive(const uint16_t* y16, size_t i) {
+  return y16[i] >= 0x0001u && y16[i] <= 0x7f80u;
+}
+// v0 = dy[r, c] (y[r, c] > 0), written back into dy as it is read: the ReLU's mask and the bias
+// gradient in one pass (the column reduction visits every element exactly once), the sums those
+// of bias_grad over the masked dy.
+template <class Y>
+struct ReluBiasGradOp {
+  const Y* y;
+  float* dy;
+  int d;
+  __device__ void operator()(int r, int c, double& v0, double& v1) const {
+    const size_t i = size_t(r) * d + c;
+    const float g = positive(y, i) ? dy[i] : 0.f;
+    dy[i] = g;
+    v0 = double(g);
+    v1 = 0;
+  }
+};
+template <class Y>
+void relu_mask_bias_grad(const Y* y, float* dy, int rows, int cols, float* db, cudaStream_t s) {
+  if (db)
+    column_reduce(ReluBiasGradOp<Y>{y, dy, cols}, nullptr, rows, cols, db,
+                  static_cast<float*>(nullptr), s);
+  else
+    for_each(size_t(rows) * cols, s,
+             [=] __device__(size_t i) { dy[i] = positive(y, i) ? dy[i] : 0.f; });
+}
 }  // namespace
 void bias_grad(const float* dy, int rows, int cols, float* db, cudaStream_t s) {
   column_reduce(BiasGradOp{dy, cols}, nullptr, rows, cols, db, static_cast<float*>(nullptr), s);
@@ -288,17 +319,11 @@ void bias_relu_forward(float* y, const float* b, int rows, int cols, cudaStream_
 }
 void relu_backward_bias_grad(const float* y, float* dy, int rows, int cols, float* db,
                              cudaStream_t s) {
-  // dy masked in place, then its column sums with the deterministic column reduction.
-  for_each(size_t(rows) * cols, s, [=] __device__(size_t i) { dy[i] = y[i] > 0.f ? dy[i] : 0.f; });
-  bias_grad(dy, rows, cols, db, s);
+  relu_mask_bias_grad(y, dy, rows, cols, db, s);
 }
 void relu_backward_bias_grad_bf16(const uint16_t* y16, float* dy, int rows, int cols, float* db,
                                   cudaStream_t s) {
-  // y > 0 exactly where its bf16 bits are 0x0001 (the least denormal) to 0x7f80 (+Inf).
-  for_each(size_t(rows) * cols, s, [=] __device__(size_t i) {
-    dy[i] = y16[i] >= 0x0001u && y16[i] <= 0x7f80u ? dy[i] : 0.f;
-  });
-  if (db) bias_grad(dy, rows, cols, db, s);
+  relu_mask_bias_grad(y16, dy, rows, cols, db, s);
 }
 void round_bf16(const float* x, size_t n, uint16_t* y, cudaStream_t s) {
   to_bf16(x, n, reinterpret_cast<__nv_bfloat16*>(y), s);

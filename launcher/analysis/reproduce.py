@@ -1062,8 +1062,8 @@ def seed_summary(rows, vlist):
                 "yes: %s than LN" % ("lower" if w["diff"] < 0 else "higher") if out else "no"))
         if ln_m:
             words.append(describe_difference(label, "LN", w, "test ppl"))
-    if words or unseeded:
-        L += ["", "In words:", ""] + ["- " + x for x in words + unseeded]
+    if words:
+        L += ["", "In words:", ""] + ["- " + x for x in words]
     return L
 
 

@@ -153,7 +153,8 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
 
 // A GEMM input kept in bf16: round_bf16's bits are the CPU's (nearest even, the GEMMs'
 // rounding), and the ReLU's backward from them masks and sums as the CPU's from the same bits
-// and as the fp32 ReLU's backward from y itself (y > 0 exactly where its rounding is).
+// and as the fp32 ReLU's backward from y itself (y > 0 exactly where its rounding is); the GPU's
+// fp32 twin too, and the mask without the sums.
 TEST(CudaKernels, KeptBf16InputIsTheCpusRounding) {
   PN_REQUIRE_GPU();
   const int rows = 67, cols = 45;
@@ -177,6 +178,13 @@ TEST(CudaKernels, KeptBf16InputIsTheCpusRounding) {
   cuda::relu_backward_bias_grad_bf16(dy16.data(), ddy.data(), rows, cols, ddb.data(), kStream);
   expect_equal("relu_backward_bias_grad_bf16 dy", ddy.download(), dx);
   expect_close("relu_backward_bias_grad_bf16 db", ddb.download(), db, 1e-5, 1e-5);
+  // The fp32 twin (one pass: the mask written as the column sums read it), and the mask alone.
+  DBuf<float> ddy32(dy), ddb32(db0), ddy_only(dy);
+  cuda::relu_backward_bias_grad(dyv.data(), ddy32.data(), rows, cols, ddb32.data(), kStream);
+  expect_equal("relu_backward_bias_grad dy", ddy32.download(), dx32);
+  expect_close("relu_backward_bias_grad db", ddb32.download(), db32, 1e-5, 1e-5);
+  cuda::relu_backward_bias_grad_bf16(dy16.data(), ddy_only.data(), rows, cols, nullptr, kStream);
+  expect_equal("relu_backward_bias_grad_bf16 without db", ddy_only.download(), dx);
 }
 
 TEST(CudaKernels, ElementWise) {
