@@ -27,7 +27,8 @@ struct GemmInput {
     x16 = nullptr;
     if (!k::gemm_inputs_in_bf16<T>()) {
       full.resize(n);
-      return const_cast<T*>(x = full.data());
+      x = full.data();
+      return full.data();
     }
     T* t = Workspace<T>::take(transient, n);
     x = t;
