@@ -58,37 +58,35 @@ template <class T> void bias_relu_forward(T* y, const T* b, int rows, int cols) 
     }
   }
 }
-template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
-  // Column blocks per thread, as bias_grad: no two threads write the same db entry.
+namespace {
+// The ReLU's output y > 0: from y itself, or from its bf16 rounding's bits (0x0001, the least
+// denormal, to 0x7f80, +Inf).
+template <class V> bool relu_positive(V v) { return v > V(0); }
+bool relu_positive(uint16_t bits) { return bits >= 0x0001u && bits <= 0x7f80u; }
+// dy <- dy (y > 0) in place and db += its column sums (db null: no sums). Column blocks per
+// thread, as bias_grad: no two threads write the same db entry.
+template <class Y, class T> void relu_mask_bias_grad(const Y* y, T* dy, int rows, int cols, T* db) {
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
   for (int c0 = 0; c0 < cols; c0 += 64) {
     const int c1 = std::min(cols, c0 + 64);
     for (int r = 0; r < rows; ++r) {
-      const T* yr = y + size_t(r) * cols;
+      const Y* yr = y + size_t(r) * cols;
       T* dr = dy + size_t(r) * cols;
 #pragma omp simd
       for (int c = c0; c < c1; ++c) {
-        dr[c] = yr[c] > T(0) ? dr[c] : T(0);
-        db[c] += dr[c];
-      }
-    }
-  }
-}
-template <class T>
-void relu_backward_bias_grad_bf16(const uint16_t* y16, T* dy, int rows, int cols, T* db) {
-  // y > 0 exactly where its bf16 bits are 0x0001 (the least denormal) to 0x7f80 (+Inf).
-#pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
-  for (int c0 = 0; c0 < cols; c0 += 64) {
-    const int c1 = std::min(cols, c0 + 64);
-    for (int r = 0; r < rows; ++r) {
-      const uint16_t* yr = y16 + size_t(r) * cols;
-      T* dr = dy + size_t(r) * cols;
-      for (int c = c0; c < c1; ++c) {
-        dr[c] = yr[c] >= 0x0001u && yr[c] <= 0x7f80u ? dr[c] : T(0);
+        dr[c] = relu_positive(yr[c]) ? dr[c] : T(0);
         if (db) db[c] += dr[c];
       }
     }
   }
+}
+}  // namespace
+template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
+  relu_mask_bias_grad(y, dy, rows, cols, db);
+}
+template <class T>
+void relu_backward_bias_grad_bf16(const uint16_t* y16, T* dy, int rows, int cols, T* db) {
+  relu_mask_bias_grad(y16, dy, rows, cols, db);
 }
 void round_bf16(const float* x, size_t n, uint16_t* y) {
 #pragma omp parallel for schedule(static) if (n > 65536)
