@@ -75,6 +75,11 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __dadd_rn(double a, double b) { return a + b; }
+inline float __uint_as_float(unsigned int u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 using std::isfinite;

@@ -160,9 +160,8 @@ bool gemm_inputs_in_bf16() {
 template bool gemm_inputs_in_bf16<float>();
 template bool gemm_inputs_in_bf16<double>();
 
-namespace {
-// A Linear's GEMM whose input may be kept in bf16 (A16 or B16 not null, which only
-// gemm_inputs_in_bf16 allows): cuBLAS on the kept bits; else gemm.
+// A GEMM whose input may be kept in bf16 (A16 or B16 not null, which only gemm_inputs_in_bf16
+// allows): cuBLAS on the kept bits; else gemm.
 template <class T>
 void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t* A16, int lda,
                const T* B, const uint16_t* B16, int ldb, T beta, T* C, int ldc) {
@@ -176,7 +175,6 @@ void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t
   throw std::logic_error("a GEMM input kept in bf16 where GEMMs do not read bf16 "
                          "(only where gemm_inputs_in_bf16())");
 }
-}  // namespace
 
 template <class T>
 void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
@@ -204,16 +202,17 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
 }
 
 template <class T>
-void linear_backward(const T* x, const uint16_t* x16, const T* dy, int rows, int in, int out,
-                     const T* W, T* dx, T* dW, T* db) {
-  const Bf16Copy dy16(dy, size_t(rows) * out);  // bf16 GEMMs: dy rounded once for both
-  if (dx) gemm<T>(false, false, rows, in, out, T(1), dy, out, W, in, T(0), dx, in);
+void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
+                     int in, int out, const T* W, T* dx, T* dW, T* db) {
+  // bf16 GEMMs: dy rounded once for both, unless it came rounded
+  const Bf16Copy rounded(dy16 ? nullptr : dy, dy16 ? 0 : size_t(rows) * out);
+  if (dx) gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias gradient in cuBLASLt's epilogue where it runs the shape.
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && db) {
-      const bool ran = cuda::linear_weight_grad_epilogue(blas(stream()), x, x16, dy, rows, in,
-                                                         out, dW, db);
+      const bool ran = cuda::linear_weight_grad_epilogue(blas(stream()), x, x16, dy, dy16, rows,
+                                                         in, out, dW, db);
       say_once(lt_backward_said, "a Linear's bias gradient", [&] {
         return ran ? "in cuBLASLt's epilogue (BGRADB) of the weight gradient"
                    : "a pass after the GEMM (cuBLASLt has no BGRADB for the shape)";
@@ -221,14 +220,17 @@ void linear_backward(const T* x, const uint16_t* x16, const T* dy, int rows, int
       if (ran) return;
     }
 #endif
-  gemm_kept<T>(true, false, out, in, rows, dy, nullptr, out, x, x16, in, T(1), dW, in);
-  if (db) bias_grad<T>(dy, rows, out, db);
+  gemm_kept<T>(true, false, out, in, rows, dy, dy16, out, x, x16, in, T(1), dW, in);
+  if (!db) return;
+  if constexpr (std::is_same_v<T, float>)
+    if (dy16) return bias_grad_bf16(dy16, rows, out, db);
+  bias_grad<T>(dy, rows, out, db);
 }
 
 Bf16Copy::Bf16Copy(const float* x, size_t n) {
 #ifdef PN_HAVE_CUDA
   const Context& c = current_context();
-  if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 || !c.blas) return;
+  if (!x || c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 || !c.blas) return;
   blas_ = c.blas;
   cuda::push_bf16_copy(*static_cast<cuda::Blas*>(blas_), x, n);
 #else
@@ -335,6 +337,18 @@ const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d,
 }
 template const uint16_t* attention_ctx_bf16<float>(const float*, int, int, int, int);
 template const uint16_t* attention_ctx_bf16<double>(const double*, int, int, int, int);
+template <class T>
+const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_inputs_in_bf16<T>() && attention_path(nseq, seq_len, d, heads) == AttentionPath::cudnn)
+      return cuda::cudnn_attention_dqkv16(scratch, nseq, seq_len, d);
+#endif
+  (void)scratch, (void)nseq, (void)seq_len, (void)d, (void)heads;
+  return nullptr;
+}
+template const uint16_t* attention_dqkv_bf16<float>(const float*, int, int, int, int);
+template const uint16_t* attention_dqkv_bf16<double>(const double*, int, int, int, int);
 
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* saved, T* ctx) {
@@ -375,7 +389,8 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
   if (current_device() == Device::CPU)
     return cpu::softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   const auto s = fetch_sums<3>([&](double* dev) {
-    softmax_xent_acc<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, dev);
+    softmax_xent_acc<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, false,
+                        dev);
   });
   return {s[0], s[1], s[2]};
 }

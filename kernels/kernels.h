@@ -40,6 +40,11 @@ bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
 // projection nor that path's backward reads one. Null elsewhere.
 template <class T>
 const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d, int heads);
+// Likewise for the backward: where attention_backward computes dqkv in bf16 inside `scratch`
+// (cuDNN's SDPA) and the layers keep GEMM inputs in bf16, that bf16 dqkv, the QKV projection's
+// dy16: then attention_backward may be given no fp32 dqkv (null). Null elsewhere.
+template <class T>
+const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int d, int heads);
 
 // Whether a layer keeps an activation that only GEMMs read (a norm's output, the feed-forward's
 // hidden layer) for its backward as its bf16 rounding alone (round_bf16, passed as the x16 of
@@ -48,12 +53,20 @@ const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d,
 // otherwise make at each call, so results are equal to the bit, in half the memory and passes.
 template <class T>
 bool gemm_inputs_in_bf16();
+// A float matrix [rows, ld] overwritten row by row with its values' bf16 roundings, each row's in
+// the first half of its own bytes (softmax_xent_acc's grad_bf16): a bf16 matrix whose rows are
+// 2 ld apart, at the same address.
+inline const uint16_t* bf16_rows_in_place(const float* x) {
+  return reinterpret_cast<const uint16_t*>(x);
+}
+inline int bf16_rows_in_place_ld(int ld) { return 2 * ld; }
 
 // For its lifetime, the float GEMMs of a GPU context whose math is bf16 read operands inside
 // [x, x + n) from one bf16 copy made here, instead of rounding them at every call; on every other
 // context (and for double) nothing happens. x must not change meanwhile. The models hold one over
 // the weights for a forward and its backward; a Linear over its output gradient, which both of
 // its backward GEMMs read. Scopes nest (the innermost copy that holds an operand serves it).
+// A null x makes no copy.
 class Bf16Copy {
  public:
   Bf16Copy(const float* x, size_t n);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/device.h"
 #include "kernels/kernels.h"
@@ -56,12 +57,18 @@ void Embedding<T>::output_forward(const T* h, int rows, T* logits, int ld) const
 }
 
 template <class T>
-void Embedding<T>::output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const {
-  const k::Bf16Copy dlogits16(dlogits, size_t(rows) * ld);  // bf16 GEMMs: rounded once for both
-  k::gemm<T>(false, false, rows, dim, padded_vocab, T(1), dlogits, ld, store->p(table), dim,
-             T(0), dh, dim);
-  k::gemm<T>(true, false, padded_vocab, dim, rows, T(1), dlogits, ld, h, dim, T(1),
-             store->g(table), dim);
+void Embedding<T>::output_backward(const T* h, const T* dlogits, bool dlogits_bf16, int rows,
+                                   int ld, T* dh) const {
+  // bf16 GEMMs: dlogits rounded once for both, unless the loss left them rounded in place
+  const uint16_t* d16 = nullptr;
+  if constexpr (std::is_same_v<T, float>)
+    if (dlogits_bf16) d16 = k::bf16_rows_in_place(dlogits), ld = k::bf16_rows_in_place_ld(ld);
+  const T* d32 = d16 ? nullptr : dlogits;
+  const k::Bf16Copy rounded(d32, size_t(rows) * ld);
+  k::gemm_kept<T>(false, false, rows, dim, padded_vocab, d32, d16, ld, store->p(table), nullptr,
+                  dim, T(0), dh, dim);
+  k::gemm_kept<T>(true, false, padded_vocab, dim, rows, d32, d16, ld, h, nullptr, dim, T(1),
+                  store->g(table), dim);
 }
 
 template struct Embedding<float>;

@@ -42,7 +42,10 @@ struct Embedding {
   // logits[:, 0:Vp] = h E^T, rows ld >= Vp apart; columns [V, Vp) come out 0.
   void output_forward(const T* h, int rows, T* logits, int ld) const;
   // dlogits' columns [V, Vp) must be 0 (softmax_xent leaves them so). dh overwritten.
-  void output_backward(const T* h, const T* dlogits, int rows, int ld, T* dh) const;
+  // dlogits_bf16: dlogits hold the gradient's bf16 rounding in place (softmax_xent_acc's
+  // grad_bf16), which the GEMMs read.
+  void output_backward(const T* h, const T* dlogits, bool dlogits_bf16, int rows, int ld,
+                       T* dh) const;
 };
 
 }  // namespace pn

@@ -19,8 +19,9 @@ void Linear<T>::forward(const T* x, int rows, T* y, bool relu, const uint16_t* x
 }
 
 template <class T>
-void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16) const {
-  k::linear_backward<T>(x, x16, dy, rows, in, out, store->p(w), dx, store->g(w),
+void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16,
+                         const uint16_t* dy16) const {
+  k::linear_backward<T>(x, x16, dy, dy16, rows, in, out, store->p(w), dx, store->g(w),
                         b >= 0 ? store->g(b) : nullptr);
 }
 
@@ -35,7 +36,8 @@ void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, co
     k::relu_backward_bias_grad<T>(y, dy, rows, out, db);
   else
     k::relu_backward<T>(y, dy, size_t(rows) * out, dy);
-  k::linear_backward<T>(x, x16, dy, rows, in, out, store->p(w), dx, store->g(w), nullptr);
+  k::linear_backward<T>(x, x16, dy, nullptr, rows, in, out, store->p(w), dx, store->g(w),
+                        nullptr);
 }
 
 template struct Linear<float>;

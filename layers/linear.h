@@ -20,8 +20,10 @@ struct Linear {
   // x16: where not null, x's bf16 rounding kept by the caller (k::gemm_inputs_in_bf16), which the
   // GEMMs read instead of x (x may then be null).
   void forward(const T* x, int rows, T* y, bool relu = false, const uint16_t* x16 = nullptr) const;
-  // dx (may be null) is overwritten; parameter gradients accumulate.
-  void backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16 = nullptr) const;
+  // dx (may be null) is overwritten; parameter gradients accumulate. dy16: where not null, dy's
+  // bf16 rounding as its producer wrote it, read instead of dy (dy may then be null).
+  void backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16 = nullptr,
+                const uint16_t* dy16 = nullptr) const;
   // Backward of forward(..., relu = true): y is its output (or y16 its bf16 rounding) and dy the
   // gradient with respect to y, masked in place by the ReLU in the same pass that takes the bias
   // gradient.

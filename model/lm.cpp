@@ -96,14 +96,17 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
   const uint8_t* mask = this->mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
+  // The loss's gradient in place of the logits: as its bf16 rounding where that is all the
+  // output layer's GEMMs read.
+  const bool g16 = k::gemm_inputs_in_bf16<T>();
   k::softmax_xent_acc<T>(logits.data(), targets.data(), mask, rows, config.vocab,
-                         embed.logits_ld(), T(config.label_smoothing), grad_scale, loss_sums);
+                         embed.logits_ld(), T(config.label_smoothing), grad_scale, g16, loss_sums);
   // logits now hold dloss/dlogits. grad_a carries the residual-stream gradient.
   grad_a.resize(n);
   grad_b.resize(n);
   grad_c.resize(n);
   T* df = grad_c.data();
-  embed.output_backward(f.data(), logits.data(), rows, embed.logits_ld(), df);
+  embed.output_backward(f.data(), logits.data(), g16, rows, embed.logits_ld(), df);
   norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
   if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {

@@ -208,8 +208,9 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
   const int ld = target_embedding().logits_ld();
+  const bool g16 = k::gemm_inputs_in_bf16<T>();  // the gradient in bf16 in place, as the LM's
   k::softmax_xent_acc<T>(logits.data(), tgt_tok.data(), tmask, rows_t, config.tgt_vocab, ld,
-                         T(config.label_smoothing), grad_scale, loss_sums);
+                         T(config.label_smoothing), grad_scale, g16, loss_sums);
   const size_t nmax = std::max(nt, ns);
   grad_a.resize(nmax), grad_b.resize(nmax), grad_c.resize(nmax);
   T *ga = grad_a.data(), *gb = grad_b.data(), *df = grad_c.data();
@@ -221,7 +222,7 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
     k::copy<T>(ga, n, df);
     if (drop) k::dropout_apply<T>(df, keep.data(), n, p);
   };
-  target_embedding().output_backward(f.data(), logits.data(), rows_t, ld, df);
+  target_embedding().output_backward(f.data(), logits.data(), g16, rows_t, ld, df);
   dec_norm_final->backward(dec_h.data(), df, tmask, rows_t, ga);
   ready(dec_final_begin);
   grad_enc.assign(ns, T(0));  // every decoder block's cross-attention adds to it

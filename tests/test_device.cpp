@@ -412,19 +412,23 @@ TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
 }
 
 // A GPU at bf16 keeps a norm's output and the feed-forward's hidden layer only as their bf16
-// rounding (k::gemm_inputs_in_bf16, layers/gemm_input.h): the GEMMs read the rounding they would
-// otherwise make at each call and the ReLU's mask comes from it, so 12 updates of a small LM (PN,
-// dropout 0.1, cuDNN's attention; then LN on the materialized attention) give every loss equal
-// to the bit with the rounding at each call (Context::gemm_inputs_bf16 off).
+// rounding (k::gemm_inputs_in_bf16, layers/gemm_input.h), and the loss writes its gradient only
+// as its bf16 rounding: the GEMMs read the rounding they would otherwise make at each call and
+// the ReLU's mask comes from it, so 12 updates of a small LM (PN, dropout 0.1, cuDNN's
+// attention; then LN on the materialized attention) and 6 of a small translation model give
+// every loss equal to the bit with the rounding at each call (Context::gemm_inputs_bf16 off).
 TEST(Devices, CudaBf16KeptGemmInputsAreTheRoundingAtEachCall) {
   PN_REQUIRE_DEVICE(Device::CUDA);
   FLAGS_minloglevel = 1;
-  for (int variant = 0; variant < 2; ++variant) {
-    Options o = test::small_lm();
-    o.decoder_embed_dim = 64, o.decoder_attention_heads = 2, o.max_update = 12, o.max_tokens = 256;
-    o.dropout = 0.1;
-    o.norm_self = o.norm_ff = o.norm_final = variant == 0 ? "power" : "layer";
-    SCOPED_TRACE(o.norm_self);
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool mt = variant == 2;
+    Options o = mt ? test::small_mt() : test::small_lm();
+    if (!mt) {
+      o.decoder_embed_dim = 64, o.decoder_attention_heads = 2, o.max_update = 12;
+      o.max_tokens = 256, o.dropout = 0.1;
+      o.norm_self = o.norm_ff = o.norm_final = variant == 0 ? "power" : "layer";
+    }
+    SCOPED_TRACE(mt ? "translation" : o.norm_self);
     std::vector<double> losses[2];
     for (int kept = 0; kept < 2; ++kept) {
       DeviceScope scope(Device::CUDA, 0, GemmMath::bf16);
@@ -433,10 +437,15 @@ TEST(Devices, CudaBf16KeptGemmInputsAreTheRoundingAtEachCall) {
       EXPECT_EQ(k::gemm_inputs_in_bf16<float>(), kept == 1);
       EXPECT_FALSE(k::gemm_inputs_in_bf16<double>());
       auto comm = make_single_communicator();
-      Trainer t(o, *comm, test::builtin());
-      losses[kept] = t.train().losses;
+      if (mt) {
+        Trainer t(o, *comm, test::toy_corpus());
+        losses[kept] = t.train().losses;
+      } else {
+        Trainer t(o, *comm, test::builtin());
+        losses[kept] = t.train().losses;
+      }
     }
-    ASSERT_EQ(losses[0].size(), 12u);
+    ASSERT_EQ(losses[0].size(), size_t(o.max_update));
     EXPECT_EQ(losses[1], losses[0]);
   }
   DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);

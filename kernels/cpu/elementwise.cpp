@@ -36,16 +36,26 @@ template <class T> void add_bias(T* y, const T* b, int rows, int cols) {
     for (int c = 0; c < cols; ++c) yr[c] += b[c];
   }
 }
-template <class T> void bias_grad(const T* dy, int rows, int cols, T* db) {
-  // Columns split across threads so that no two threads write the same db entry.
+namespace {
+template <class V> V widened(V v) { return v; }
+float widened(uint16_t bits) { return bf16_value(bits); }
+// db[c] += sum_r dy[r, c], columns split across threads so that no two write the same db entry.
+template <class D, class T> void column_sums(const D* dy, int rows, int cols, T* db) {
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
   for (int c0 = 0; c0 < cols; c0 += 64) {
     const int c1 = std::min(cols, c0 + 64);
     for (int r = 0; r < rows; ++r) {
-      const T* dr = dy + size_t(r) * cols;
-      for (int c = c0; c < c1; ++c) db[c] += dr[c];
+      const D* dr = dy + size_t(r) * cols;
+      for (int c = c0; c < c1; ++c) db[c] += widened(dr[c]);
     }
   }
+}
+}  // namespace
+template <class T> void bias_grad(const T* dy, int rows, int cols, T* db) {
+  column_sums(dy, rows, cols, db);
+}
+void bias_grad_bf16(const uint16_t* dy16, int rows, int cols, float* db) {
+  column_sums(dy16, rows, cols, db);
 }
 template <class T> void bias_relu_forward(T* y, const T* b, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)

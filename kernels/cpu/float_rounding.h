@@ -31,4 +31,12 @@ inline uint16_t bf16_bits(float f) {
   return uint16_t(u >> 16);
 }
 
+// The float whose bits are `bits` followed by 16 zeros: a bf16 widened (exact).
+inline float bf16_value(uint16_t bits) {
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace pn

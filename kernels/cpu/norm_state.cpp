@@ -3,17 +3,36 @@
 // gradient sums. The count is read from memory exactly as on the device.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_rounding.h"
 
 namespace pn::k::cpu {
 
 template <class T>
 void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      int ld, T label_smoothing, T grad_scale, double* sums) {
+                      int ld, T label_smoothing, T grad_scale, bool grad_bf16, double* sums) {
+  if (grad_bf16 && !std::is_same_v<T, float>)
+    throw std::logic_error("softmax_xent_acc: a bf16 gradient of double logits");
   const LossSums s =
       softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
+  if (!grad_bf16) return;
+  // Each row's roundings into the first half of its own bytes, in ascending order: value j's
+  // two bytes land on value j / 2, read before.
+#pragma omp parallel for schedule(static) if (size_t(rows) * ld > 65536)
+  for (int r = 0; r < rows; ++r) {
+    unsigned char* row = reinterpret_cast<unsigned char*>(logits + size_t(r) * ld);
+    for (int j = 0; j < ld; ++j) {
+      float v;
+      std::memcpy(&v, row + 4 * size_t(j), 4);
+      const uint16_t b = bf16_bits(v);
+      std::memcpy(row + 2 * size_t(j), &b, 2);
+    }
+  }
 }
 template <class T>
 void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t* mask, int rows,

@@ -92,8 +92,10 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
 // one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
 // then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.
+// x16, dy16: the kept bf16 roundings of x and dy where not null.
 bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
-                                 int rows, int in, int out, float* dW, float* db);
+                                 const uint16_t* dy16, int rows, int in, int out, float* dW,
+                                 float* db);
 
 // batch independent GEMMs, operand i at A + i*stride_a (and so on); under bf16 math cuBLAS's
 // CUBLAS_COMPUTE_32F_FAST_16BF on the fp32 operands (the materialized attention's per-head GEMMs,
@@ -146,6 +148,9 @@ size_t cudnn_attention_saved_size(int nseq, int seq_len, int d, int heads);
 // The bf16 ctx that cudnn_attention_forward keeps in `saved` (rows x d, k::round_bf16's bits).
 const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int seq_len, int d,
                                       int heads);
+// The bf16 dqkv that cudnn_attention_backward leaves in its `scratch` (rows x 3d): cuDNN's own
+// output, which it widens into dqkv only where given one.
+const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int seq_len, int d);
 std::string sdpa_description();  // the cuDNN in use (cudnn_sdpa.h)
 void cudnn_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
                              float* saved, float* ctx, cudaStream_t s);

@@ -4,7 +4,8 @@
 //   forward:  qkv16 = bf16(qkv); o16, lse = sdpa(qkv16); ctx = float(o16) (where asked for:
 //             a layer keeping GEMM inputs in bf16 reads o16, k::attention_ctx_bf16)
 //   backward: dout16 = bf16(dctx); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
-//             dqkv = float(dqkv16)
+//             dqkv = float(dqkv16) (where asked for: a layer keeping GEMM inputs in bf16 gives
+//             dqkv16 to the projection's backward, k::attention_dqkv_bf16)
 // `saved` keeps lse, qkv16 and o16 for the backward (the backward converts only dctx); the
 // backward's `scratch` holds dout16 and dqkv16. Both are attention_saved_size() floats.
 #include <cmath>
@@ -49,6 +50,12 @@ const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int T, int d
   return reinterpret_cast<const uint16_t*>(saved + saved_layout(nseq, T, d, heads).o16);
 }
 
+// Where the backward leaves dqkv16 in its scratch: after dout16, 16-byte aligned.
+size_t dqkv16_offset(int nseq, int T, int d) { return (size_t(nseq) * T * d + 7) / 8 * 4; }
+const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int T, int d) {
+  return reinterpret_cast<const uint16_t*>(scratch + dqkv16_offset(nseq, T, d));
+}
+
 void cudnn_attention_forward(const float* qkv, int nseq, int T, int d, int heads, float* saved,
                              float* ctx, cudaStream_t s) {
   if (nseq == 0 || T == 0) return;
@@ -70,13 +77,13 @@ void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, i
   const SavedLayout l = saved_layout(nseq, T, d, heads);
   const SdpaShape shape = shape_of(nseq, T, d, heads);
   auto* dout16 = reinterpret_cast<bf16*>(scratch);
-  auto* dqkv16 = reinterpret_cast<bf16*>(scratch + (rows * d + 7) / 8 * 4);  // 16-byte aligned
+  auto* dqkv16 = reinterpret_cast<bf16*>(scratch + dqkv16_offset(nseq, T, d));
   to_bf16(dctx, rows * d, dout16, s);
   void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
   sdpa_backward(shape, reinterpret_cast<const bf16*>(saved + l.qkv16),
                 reinterpret_cast<const bf16*>(saved + l.o16), dout16, saved + l.lse, dqkv16,
                 workspace, s);
-  from_bf16(dqkv16, rows * 3 * d, dqkv, s);
+  if (dqkv) from_bf16(dqkv16, rows * 3 * d, dqkv, s);  // none where the projection reads dqkv16
 }
 
 }  // namespace pn::cuda

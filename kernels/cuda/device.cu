@@ -330,15 +330,16 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
 }
 
 bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
-                                 int rows, int in, int out, float* dW, float* db) {
+                                 const uint16_t* dy16, int rows, int in, int out, float* dW,
+                                 float* db) {
   if (out == 0 || in == 0) return true;
   if (rows == 0) return false;  // no products: gemm and bias_grad add nothing
   const bool bf16 = b.math == GemmMath::bf16;
   const void* x_op = x16 ? kept_bf16(b, x16) : static_cast<const void*>(x);
-  const void* dy_op = dy;
+  const void* dy_op = dy16 ? kept_bf16(b, dy16) : static_cast<const void*>(dy);
   if (bf16) {
     if (!x16) x_op = bf16_operand(b, x, size_t(rows) * in, kSlotBf16A);
-    dy_op = bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
+    if (!dy16) dy_op = bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
   }
   // dW^T [in, out] += x^T dy: x stored [in, rows] (ld in), dy stored [out, rows] (ld out) and
   // transposed; BGRADB sums op(B) = dy over k = rows into one value per column of dW^T.

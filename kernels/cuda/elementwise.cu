@@ -94,11 +94,16 @@ void add_bias(float* y, const float* b, int rows, int cols, cudaStream_t s) {
 }
 
 namespace {
-struct BiasGradOp {  // v0 = dy[r, c]
-  const float* dy;
+__device__ __forceinline__ float widened(float v) { return v; }
+__device__ __forceinline__ float widened(uint16_t bits) {
+  return __uint_as_float(uint32_t(bits) << 16);
+}
+template <class D>
+struct BiasGradOp {  // v0 = dy[r, c] (a bf16 widened)
+  const D* dy;
   int d;
   __device__ void operator()(int r, int c, double& v0, double& v1) const {
-    v0 = double(dy[size_t(r) * d + c]);
+    v0 = double(widened(dy[size_t(r) * d + c]));
     v1 = 0;
   }
 };
@@ -135,7 +140,12 @@ void relu_mask_bias_grad(const Y* y, float* dy, int rows, int cols, float* db, c
 }
 }  // namespace
 void bias_grad(const float* dy, int rows, int cols, float* db, cudaStream_t s) {
-  column_reduce(BiasGradOp{dy, cols}, nullptr, rows, cols, db, static_cast<float*>(nullptr), s);
+  column_reduce(BiasGradOp<float>{dy, cols}, nullptr, rows, cols, db,
+                static_cast<float*>(nullptr), s);
+}
+void bias_grad_bf16(const uint16_t* dy16, int rows, int cols, float* db, cudaStream_t s) {
+  column_reduce(BiasGradOp<uint16_t>{dy16, cols}, nullptr, rows, cols, db,
+                static_cast<float*>(nullptr), s);
 }
 
 void to_bf16(const float* x, size_t n, __nv_bfloat16* y, cudaStream_t s) {

@@ -5,9 +5,12 @@
 //   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale),
 //   softmax(z)_j = exp(z_j - max) / sum_k exp(z_k - max)
 // Per row: max, then sum exp(z - max) and sum z in double (block reductions in fixed order),
-// then the gradient overwrites the row, its padding [V, ld) set to 0 (the output layer's GEMMs
-// over a padded vocabulary read it). Row losses go to a per-row array that one block sums in
+// then the gradient overwrites the row (in fp32, or as its bf16 rounding where the output GEMMs
+// read bf16), its padding [V, ld) set to 0 (the output layer's GEMMs over a padded vocabulary
+// read it). Row losses go to a per-row array that one block sums in
 // row order, so the totals are deterministic. Masked rows contribute nothing and get dz = 0.
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -16,18 +19,28 @@
 namespace pn::cuda {
 namespace {
 
-// row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows).
-template <bool kGrad>
+// row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows). The gradient overwrites the row: in
+// fp32, or (kBf16) as its bf16 roundings in the first half of the row's bytes. Value j's two
+// bytes land on value j / 2, so each stretch of blockDim values is read whole before any of it
+// is written, and the stretches go in ascending order.
+template <bool kGrad, bool kBf16>
 __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint8_t* mask, int V,
                                 int ld, float eps, float grad_scale, double* row_out) {
   __shared__ double shd[kThreads / 32];
   __shared__ float shf[kThreads / 32];
   const int i = blockIdx.x;
   float* z = logits + size_t(i) * ld;
+  __nv_bfloat16* z16 = reinterpret_cast<__nv_bfloat16*>(z);
+  auto put = [&](int j, float g) {
+    if (kBf16)
+      z16[j] = __float2bfloat16_rn(g);
+    else
+      z[j] = g;
+  };
   double* out = row_out + size_t(i) * 3;
   if (mask && !mask[i]) {
     if (kGrad)
-      for (int j = threadIdx.x; j < ld; j += blockDim.x) z[j] = 0.f;
+      for (int j = threadIdx.x; j < ld; j += blockDim.x) put(j, 0.f);
     if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0;
     return;
   }
@@ -52,14 +65,19 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   }
   if (!kGrad) return;
   __syncthreads();  // every thread has read z[t]
-  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum
+  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum;
+  // the padding [V, ld) gets no gradient
   const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    float g = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
-    if (j == t) g -= grad_scale * (1.f - eps - eps_f);
-    z[j] = g;
+  for (int j0 = 0; j0 < ld; j0 += blockDim.x) {
+    const int j = j0 + threadIdx.x;
+    float g = 0.f;
+    if (j < V) {
+      g = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
+      if (j == t) g -= grad_scale * (1.f - eps - eps_f);
+    }
+    if (kBf16) __syncthreads();  // the stretch read whole before it is overwritten
+    if (j < ld) put(j, g);
   }
-  for (int j = V + threadIdx.x; j < ld; j += blockDim.x) z[j] = 0.f;  // padded words: no gradient
 }
 
 // sums[k] = sum over rows of row_out[i*3 + k], fixed order.
@@ -73,12 +91,12 @@ __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
   }
 }
 
-template <bool kGrad>
+template <bool kGrad, bool kBf16 = false>
 void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, int ld,
           float eps, float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
   if (rows > 0) {
-    PN_LAUNCH(xent_row_kernel<kGrad>, rows, kThreads, 0, s)(
+    PN_LAUNCH((xent_row_kernel<kGrad, kBf16>), rows, kThreads, 0, s)(
         logits, target, mask, V, ld, eps, grad_scale, row_out);
     PN_LAUNCHED();
   }
@@ -109,10 +127,13 @@ k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
 
 
 void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      int ld, float label_smoothing, float grad_scale, double* sums,
-                      cudaStream_t s) {
+                      int ld, float label_smoothing, float grad_scale, bool grad_bf16,
+                      double* sums, cudaStream_t s) {
   double* tmp = scratch_as<double>(kSlotSums, 3, s);
-  softmax_xent(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);
+  if (grad_bf16)
+    xent<true, true>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);
+  else
+    softmax_xent(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);
   add_inplace(sums, tmp, 3, s);
 }
 void softmax_xent_eval_acc(const float* logits, const int32_t* target, const uint8_t* mask,

@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "kernels/buffer.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_rounding.h"
 #include "kernels/kernels.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -125,8 +127,8 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
       return v;
     };
     const auto xr = rounded(x), dyr = rounded(dy);
-    EXPECT_TRUE(cuda::linear_weight_grad_epilogue(blas, dx.data(), nullptr, ddy.data(), rows, in,
-                                                  out, ddw.data() + 1, ddb.data()));
+    EXPECT_TRUE(cuda::linear_weight_grad_epilogue(blas, dx.data(), nullptr, ddy.data(), nullptr,
+                                                  rows, in, out, ddw.data() + 1, ddb.data()));
     EXPECT_EQ(blas.lt_calls, 1u);
     std::vector<float> dW = dw0, db = db0;
     k::cpu::gemm<float>(true, false, out, in, rows, 1.f, dyr.data(), out, xr.data(), in, 1.f,
@@ -138,17 +140,61 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
   for (int with_bias = 0; with_bias < 2; ++with_bias) {
     SCOPED_TRACE(with_bias ? "k::linear_backward with a bias" : "k::linear_backward, no bias");
     std::vector<float> dxc(size_t(rows) * in), dW = dw0, db = db0;
-    k::linear_backward<float>(x.data(), nullptr, dy.data(), rows, in, out, w.data(), dxc.data(),
+    k::linear_backward<float>(x.data(), nullptr, dy.data(), nullptr, rows, in, out, w.data(), dxc.data(),
                               dW.data(), with_bias ? db.data() : nullptr);
     DeviceScope gpu(Device::CUDA, 0, GemmMath::fp32);
     Buf<float> bx, bdy, bw, bdx(dxc.size()), bdw, bdb;
     bx.from_host(x), bdy.from_host(dy), bw.from_host(w), bdw.from_host(dw0), bdb.from_host(db0);
-    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), rows, in, out, bw.data(), bdx.data(),
+    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), nullptr, rows, in, out, bw.data(), bdx.data(),
                               bdw.data(), with_bias ? bdb.data() : nullptr);
     expect_close("dx", bdx.to_host(), dxc, 1e-5, 1e-5);
     expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
     expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
   }
+}
+
+// A Linear's output gradient given as its bf16 rounding (dy16: the loss's, cuDNN attention's)
+// gives k::linear_backward on a bf16 GPU context the results of dy rounded at the call, to the
+// bit, with and without a bias; bias_grad_bf16 is bias_grad of the widened values, to the bit,
+// on the GPU and on the CPU.
+TEST(CudaKernels, LinearBackwardFromABf16GradientIsTheRoundingAtTheCall) {
+  PN_REQUIRE_GPU();
+  const int rows = 37, in = 48, out = 40;
+  const size_t ny = size_t(rows) * out;
+  const auto x = randf(size_t(rows) * in, 85), dy = randf(ny, 86), w = randf(size_t(out) * in, 87),
+             dw0 = randf(size_t(out) * in, 88), db0 = randf(out, 89);
+  DeviceScope gpu(Device::CUDA, 0, GemmMath::bf16);
+  Buf<float> bx, bdy, bw;
+  bx.from_host(x), bdy.from_host(dy), bw.from_host(w);
+  Buf<uint16_t> bdy16(ny);
+  k::round_bf16(bdy.data(), ny, bdy16.data());
+  for (int with_bias = 0; with_bias < 2; ++with_bias) {
+    SCOPED_TRACE(with_bias ? "with a bias" : "no bias");
+    Buf<float> dx[2], dw[2], db[2];
+    for (int given = 0; given < 2; ++given) {
+      dx[given].resize(size_t(rows) * in);
+      dw[given].from_host(dw0), db[given].from_host(db0);
+      k::linear_backward<float>(bx.data(), nullptr, given ? nullptr : bdy.data(),
+                                given ? bdy16.data() : nullptr, rows, in, out, bw.data(),
+                                dx[given].data(), dw[given].data(),
+                                with_bias ? db[given].data() : nullptr);
+    }
+    EXPECT_EQ(dx[1].to_host(), dx[0].to_host());
+    EXPECT_EQ(dw[1].to_host(), dw[0].to_host());
+    EXPECT_EQ(db[1].to_host(), db[0].to_host());
+  }
+  const std::vector<uint16_t> h16 = bdy16.to_host();
+  std::vector<float> wide(ny);
+  for (size_t i = 0; i < ny; ++i) wide[i] = bf16_value(h16[i]);
+  Buf<float> bwide, s32, s16;
+  bwide.from_host(wide), s32.from_host(db0), s16.from_host(db0);
+  k::bias_grad<float>(bwide.data(), rows, out, s32.data());
+  k::bias_grad_bf16(bdy16.data(), rows, out, s16.data());
+  EXPECT_EQ(s16.to_host(), s32.to_host()) << "GPU";
+  std::vector<float> c32 = db0, c16 = db0;
+  k::cpu::bias_grad<float>(wide.data(), rows, out, c32.data());
+  k::cpu::bias_grad_bf16(h16.data(), rows, out, c16.data());
+  EXPECT_EQ(c16, c32) << "CPU";
 }
 
 // A GEMM input kept in bf16: round_bf16's bits are the CPU's (nearest even, the GEMMs'
@@ -582,6 +628,64 @@ TEST(CudaKernels, LabelSmoothedCrossEntropy) {
   const k::LossSums z = cuda::loss_sums_host(dsums.data(), kStream);
   EXPECT_EQ(z.ntokens, 0);
   EXPECT_EQ(z.loss, 0);
+}
+
+// The loss's gradient left as its bf16 rounding in place (softmax_xent_acc's grad_bf16, where the
+// output GEMMs read nothing else): each row's first half of bytes holds the bits of the fp32
+// gradient rounded, to the bit, with the same sums and the padding's gradient 0: on the GPU and
+// on its CPU twin; the GPU's values within one bf16 step of the CPU's.
+TEST(CudaKernels, LossGradientInBf16IsItsFp32Rounded) {
+  PN_REQUIRE_GPU();
+  const int rows = 29, V = 601, ld = V + 7;  // rows longer than a block: several stretches
+  std::vector<int32_t> target(rows);
+  for (int i = 0; i < rows; ++i) target[i] = (i * 37) % V;
+  const std::vector<uint8_t> mask = random_mask(rows, 13);
+  const auto logits = randf(size_t(rows) * ld, 14, 3.f);
+  const size_t n = logits.size();
+  // The bf16 matrix [rows, 2 ld] that a float matrix [rows, ld] holds in place: columns [0, ld).
+  auto in_place_bits = [&](const std::vector<float>& m) {
+    std::vector<uint16_t> all(2 * n), bits(n);
+    std::memcpy(all.data(), m.data(), n * sizeof(float));
+    const uint16_t* rows16 = k::bf16_rows_in_place(reinterpret_cast<const float*>(all.data()));
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < ld; ++j)
+        bits[size_t(r) * ld + j] = rows16[size_t(r) * k::bf16_rows_in_place_ld(ld) + j];
+    return bits;
+  };
+  DBuf<int32_t> dtarget(target);
+  DBuf<uint8_t> dmask(mask);
+  DBuf<float> grad32(logits), grad16(logits);
+  DBuf<double> sums32(std::vector<double>(3, 0.0)), sums16(std::vector<double>(3, 0.0));
+  DBuf<uint16_t> rounded(n);
+  cuda::softmax_xent_acc(grad32.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.25f,
+                         false, sums32.data(), kStream);
+  cuda::softmax_xent_acc(grad16.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.25f,
+                         true, sums16.data(), kStream);
+  cuda::round_bf16(grad32.data(), n, rounded.data(), kStream);
+  const std::vector<uint16_t> got = in_place_bits(grad16.download());
+  EXPECT_EQ(got, rounded.download()) << "GPU: not the fp32 gradient rounded";
+  EXPECT_EQ(sums16.download(), sums32.download());
+
+  std::vector<float> c32 = logits, c16 = logits;
+  std::vector<uint16_t> c_rounded(n);
+  double c_sums32[3] = {0, 0, 0}, c_sums16[3] = {0, 0, 0};
+  k::cpu::softmax_xent_acc<float>(c32.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.25f,
+                                  false, c_sums32);
+  k::cpu::softmax_xent_acc<float>(c16.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.25f,
+                                  true, c_sums16);
+  k::cpu::round_bf16(c32.data(), n, c_rounded.data());
+  const std::vector<uint16_t> cpu = in_place_bits(c16);
+  EXPECT_EQ(cpu, c_rounded) << "CPU: not the fp32 gradient rounded";
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(c_sums16[k], c_sums32[k]);
+
+  size_t far = 0, padding = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float g = bf16_value(got[i]), c = bf16_value(cpu[i]);
+    far += std::fabs(g - c) > std::ldexp(std::fabs(c), -7) + 1e-30f;
+    padding += int(i % ld) >= V && got[i] != 0;
+  }
+  EXPECT_EQ(far, 0u) << "values more than one bf16 step from the CPU's";
+  EXPECT_EQ(padding, 0u) << "a padded word with a gradient";
 }
 
 TEST(CudaKernels, AdamAndReductions) {
