@@ -58,8 +58,9 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     Buf<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
     b.mid.resize(n);
     next.resize(n);
-    b.norm_self->forward(b.x.data(), mask, rows, b.a.begin(n, workspace.norm_out), training);
-    b.a.end(n);
+    // The norms write their output's bf16 rounding themselves where that is all that is kept.
+    const auto [a, a16] = b.a.begin_either(n);
+    b.norm_self->forward(b.x.data(), mask, rows, a, training, a16);
     b.attn.forward(b.a.x, batch.nseq, batch.seq_len, branch, b.a.x16);
     if (drop) {
       b.keep_attn.resize(n);
@@ -67,8 +68,8 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     }
     k::dropout_add<T>(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p, n,
                       b.mid.data());
-    b.norm_ff->forward(b.mid.data(), mask, rows, b.b.begin(n, workspace.norm_out), training);
-    b.b.end(n);
+    const auto [ff_in, ff_in16] = b.b.begin_either(n);
+    b.norm_ff->forward(b.mid.data(), mask, rows, ff_in, training, ff_in16);
     b.ff.forward(b.b.x, rows, branch, b.b.x16);
     if (drop) {
       b.keep_ff.resize(n);

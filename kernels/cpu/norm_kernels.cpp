@@ -17,6 +17,7 @@
 //    double; a shift is split into its T rounding plus a double correction folded into the
 //    offset, so large means do not lose precision.
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/float_rounding.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +31,14 @@ namespace pn::k::cpu {
 namespace {
 constexpr int kRowChunk = 256;  // rows per partial-sum chunk (fixed: thread-count independent)
 inline bool big(int rows, int d) { return size_t(rows) * size_t(d) > 32768; }
+// A forward asked for its output in bf16 (y16, the GPU's form; here for the stand-in and the
+// tests): into a temporary, then rounded.
+template <class T, class Forward>
+void rounded_output(size_t n, uint16_t* y16, Forward&& forward) {
+  std::vector<T> y(n);
+  forward(y.data());
+  for (size_t i = 0; i < n; ++i) y16[i] = bf16_bits(float(y[i]));
+}
 inline bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
 inline int nchunks(int rows) { return (rows + kRowChunk - 1) / kRowChunk; }
 
@@ -318,7 +327,11 @@ void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, co
 
 template <class T>
 void column_affine(const T* x, int rows, int d, const double* shift, const double* scale,
-                   const T* gamma, const T* beta, T* y) {
+                   const T* gamma, const T* beta, T* y, uint16_t* y16) {
+  if (y16)
+    return rounded_output<T>(size_t(rows) * d, y16, [&](T* t) {
+      column_affine<T>(x, rows, d, shift, scale, gamma, beta, t, nullptr);
+    });
   // y = A (x - shf) + B with shf = T(shift), A = gamma * scale,
   // B = beta - A (shift - shf)   (the rounding of the shift, corrected in double).
   T* co = scratch<T>(0, 3 * size_t(d));
@@ -375,7 +388,11 @@ void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows
 
 template <class T>
 void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* gamma, T* y,
-                          T* rinv) {
+                          uint16_t* y16, T* rinv) {
+  if (y16)
+    return rounded_output<T>(size_t(rows) * d, y16, [&](T* t) {
+      rowgroup_rms_forward<T>(x, rows, d, G, eps, gamma, t, nullptr, rinv);
+    });
   const int m = d / G;
 #pragma omp parallel for schedule(static) if (big(rows, d))
   for (int r = 0; r < rows; ++r) {
@@ -453,7 +470,11 @@ void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamm
 
 template <class T>
 void rowgroup_norm_forward(const T* x, int rows, int d, int G, T eps, const T* gamma,
-                           const T* beta, T* y, T* mean, T* rstd) {
+                           const T* beta, T* y, uint16_t* y16, T* mean, T* rstd) {
+  if (y16)
+    return rounded_output<T>(size_t(rows) * d, y16, [&](T* t) {
+      rowgroup_norm_forward<T>(x, rows, d, G, eps, gamma, beta, t, nullptr, mean, rstd);
+    });
   const int m = d / G;
 #pragma omp parallel for schedule(static) if (big(rows, d))
   for (int r = 0; r < rows; ++r) {

@@ -10,8 +10,8 @@ namespace pn::k::cpu {
 
 template <class T>
 void layernorm_forward(const T* x, int rows, int d, const T* gamma, const T* beta, T eps, T* y,
-                       T* mean, T* rstd) {
-  rowgroup_norm_forward<T>(x, rows, d, 1, eps, gamma, beta, y, mean, rstd);
+                       uint16_t* y16, T* mean, T* rstd) {
+  rowgroup_norm_forward<T>(x, rows, d, 1, eps, gamma, beta, y, y16, mean, rstd);
 }
 
 template <class T>

@@ -9,6 +9,8 @@
 // from the double statistics exactly as the CPU kernels make them (shift split into its float
 // rounding plus a double correction folded into the offset), with explicitly rounded float
 // operations, so that y and dx match the CPU to the last bit when the coefficients do.
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -16,6 +18,14 @@
 
 namespace pn::cuda {
 namespace {
+
+// A norm's output value i: in fp32 (y), or only as its bf16 rounding where y16 is given.
+__device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float v) {
+  if (y16)
+    reinterpret_cast<__nv_bfloat16*>(y16)[i] = __float2bfloat16_rn(v);
+  else
+    y[i] = v;
+}
 
 // ---- column statistics ----------------------------------------------------------------------
 struct StatsOp {  // v0 = x - shift_c, v1 = v0^2
@@ -69,13 +79,14 @@ dim3 map_grid(int rows, int d) {
   const int gy = (rows + kMapRows - 1) / kMapRows;
   return dim3((d + kColTile - 1) / kColTile, gy < 4096 ? gy : 4096);
 }
-__global__ void affine_apply_kernel(const float* x, int rows, int d, const float* co, float* y) {
+__global__ void affine_apply_kernel(const float* x, int rows, int d, const float* co, float* y,
+                                    uint16_t* y16) {
   const int c = blockIdx.x * kColTile + threadIdx.x;
   if (c >= d) return;
   const float A = co[c], S = co[d + c], B = co[2 * d + c];
   for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
     const size_t i = size_t(r) * d + c;
-    y[i] = __fadd_rn(__fmul_rn(A, __fsub_rn(x[i], S)), B);
+    put_out(y, y16, i, __fadd_rn(__fmul_rn(A, __fsub_rn(x[i], S)), B));
   }
 }
 
@@ -120,7 +131,7 @@ __device__ __forceinline__ long long warp_unit() {
 
 // rinv = 1/sqrt(mean_group x^2 + eps);  y = x rinv gamma
 __global__ void rms_forward_kernel(const float* x, int rows, int d, int G, float eps,
-                                   const float* gamma, float* y, float* rinv) {
+                                   const float* gamma, float* y, uint16_t* y16, float* rinv) {
   const long long w = warp_unit();
   if (w >= (long long)rows * G) return;
   const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
@@ -132,7 +143,7 @@ __global__ void rms_forward_kernel(const float* x, int rows, int d, int G, float
   const float rf = float(1.0 / sqrt(s / m + double(eps)));
   for (int c = lane; c < m; c += 32) {
     const float v = __fmul_rn(xr[c], rf);
-    y[off + c] = gamma ? __fmul_rn(v, gamma[size_t(j) * m + c]) : v;
+    put_out(y, y16, off + c, gamma ? __fmul_rn(v, gamma[size_t(j) * m + c]) : v);
   }
   if (lane == 0) rinv[w] = rf;
 }
@@ -180,8 +191,8 @@ struct RmsGradOp {  // v0 = dy xh (xh = x rinv), v1 unused
 // mu, var over the group (deviations from the float mean squared in float, summed in double,
 // the offset mu - float(mu) removed after, as the CPU); xh = (x - mu) rstd; y = gamma xh + beta.
 __global__ void norm_forward_kernel(const float* x, int rows, int d, int G, float eps,
-                                    const float* gamma, const float* beta, float* y, float* mean,
-                                    float* rstd) {
+                                    const float* gamma, const float* beta, float* y, uint16_t* y16,
+                                    float* mean, float* rstd) {
   const long long w = warp_unit();
   if (w >= (long long)rows * G) return;
   const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
@@ -203,7 +214,8 @@ __global__ void norm_forward_kernel(const float* x, int rows, int d, int G, floa
   const float* gj = gamma + size_t(j) * m;
   const float* bj = beta + size_t(j) * m;
   for (int c = lane; c < m; c += 32)
-    y[off + c] = __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(xr[c], mf), rs)), bj[c]);
+    put_out(y, y16, off + c,
+            __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(xr[c], mf), rs)), bj[c]));
   if (lane == 0) {
     mean[w] = mf;
     rstd[w] = rs;
@@ -271,13 +283,14 @@ void column_dot(const float* a, const float* b, const uint8_t* mask, int rows, i
 }
 
 void column_affine(const float* x, int rows, int d, const double* shift, const double* scale,
-                   const float* gamma, const float* beta, float* y, cudaStream_t s) {
+                   const float* gamma, const float* beta, float* y, uint16_t* y16,
+                   cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
   PN_LAUNCH(affine_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, beta, co);
   PN_LAUNCHED();
   PN_LAUNCH(affine_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
-      x, rows, d, co, y);
+      x, rows, d, co, y, y16);
   PN_LAUNCHED();
 }
 
@@ -295,10 +308,10 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
 }
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
-                          float* y, float* rinv, cudaStream_t s) {
+                          float* y, uint16_t* y16, float* rinv, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   PN_LAUNCH(rms_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, rows, d, G, eps, gamma, y, rinv);
+      x, rows, d, G, eps, gamma, y, y16, rinv);
   PN_LAUNCHED();
 }
 
@@ -315,10 +328,11 @@ void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, c
 }
 
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
-                           const float* beta, float* y, float* mean, float* rstd, cudaStream_t s) {
+                           const float* beta, float* y, uint16_t* y16, float* mean, float* rstd,
+                           cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   PN_LAUNCH(norm_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, rows, d, G, eps, gamma, beta, y, mean, rstd);
+      x, rows, d, G, eps, gamma, beta, y, y16, mean, rstd);
   PN_LAUNCHED();
 }
 
@@ -334,8 +348,9 @@ void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, 
 }
 
 void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
-                       float eps, float* y, float* mean, float* rstd, cudaStream_t s) {
-  rowgroup_norm_forward(x, rows, d, 1, eps, gamma, beta, y, mean, rstd, s);
+                       float eps, float* y, uint16_t* y16, float* mean, float* rstd,
+                       cudaStream_t s) {
+  rowgroup_norm_forward(x, rows, d, 1, eps, gamma, beta, y, y16, mean, rstd, s);
 }
 
 void layernorm_backward(const float* x, const float* dy, const float* mean, const float* rstd,

@@ -18,12 +18,13 @@ BatchNorm<T>::BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                           uint16_t* y16) {
   if (!training) {
     scratch.resize(d);
     k::inverse_sqrt_eps(running_var.data(), d, eps, scratch.data());
     k::column_affine<T>(x, rows, d, running_mean.data(), scratch.data(), store->p(gamma),
-                        store->p(beta), y);
+                        store->p(beta), y, y16);
     return;
   }
   // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
@@ -42,7 +43,8 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
     this->probe_values = {{"dist_mean", probe_distance(m.data(), rm0.data(), d)},
                           {"dist_var", probe_distance(v.data(), rv0.data(), d)}};
   }
-  k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma), store->p(beta), y);
+  k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma), store->p(beta), y,
+                      y16);
 }
 
 template <class T>

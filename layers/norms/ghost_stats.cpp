@@ -20,14 +20,16 @@ int GhostStats<T>::groups(int rows) const {
 }
 
 template <class T>
-void GhostStats<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
-  if (!training) return inner->forward(x, mask, rows, y, false);
+void GhostStats<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                            uint16_t* y16) {
+  if (!training) return inner->forward(x, mask, rows, y, false, y16);
   const int n = groups(rows);
   saved.resize(n);
   for (int g = 0; g < n; ++g) {
     const int b = std::min(rows, g * group_rows), e = std::min(rows, b + group_rows);
     const size_t at = size_t(b) * d;
-    inner->forward(x + at, mask ? mask + b : nullptr, e - b, y + at, true);
+    inner->forward(x + at, mask ? mask + b : nullptr, e - b, y ? y + at : nullptr, true,
+                   y16 ? y16 + at : nullptr);
     inner->save_forward(&saved[g]);
   }
 }

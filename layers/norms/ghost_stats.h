@@ -23,7 +23,8 @@ struct GhostStats final : Norm<T> {
   std::vector<Buf<double>> saved;  // per group: what its forward left for backward
 
   GhostStats(std::unique_ptr<Norm<T>> inner, const NormOptions& o, int dim);
-  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+               uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override { return inner->state(); }
   bool synchronized() const override { return inner->synchronized(); }

@@ -17,10 +17,11 @@ GroupNorm<T>::GroupNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void GroupNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void GroupNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                           uint16_t* y16) {
   mean.resize(size_t(rows) * groups);
   rstd.resize(size_t(rows) * groups);
-  k::rowgroup_norm_forward<T>(x, rows, d, groups, eps, store->p(gamma), store->p(beta), y,
+  k::rowgroup_norm_forward<T>(x, rows, d, groups, eps, store->p(gamma), store->p(beta), y, y16,
                               mean.data(), rstd.data());
 }
 

@@ -12,10 +12,11 @@ LayerNorm<T>::LayerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void LayerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void LayerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                           uint16_t* y16) {
   mean.resize(rows);
   rstd.resize(rows);
-  k::layernorm_forward<T>(x, rows, d, store->p(gamma), store->p(beta), eps, y, mean.data(),
+  k::layernorm_forward<T>(x, rows, d, store->p(gamma), store->p(beta), eps, y, y16, mean.data(),
                           rstd.data());
 }
 

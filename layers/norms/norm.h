@@ -93,7 +93,10 @@ inline void write_state(const StateTensor& t, const double* values) {
 template <class T>
 struct Norm {
   virtual ~Norm() = default;
-  virtual void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) = 0;
+  // y16: where not null (only where k::gemm_inputs_in_bf16<T>(): an output that only GEMMs read),
+  // y is written only as its bf16 rounding there, by the kernel that makes it (y may be null).
+  virtual void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                       uint16_t* y16 = nullptr) = 0;
   // dx overwritten; dgamma/dbeta accumulate into the ParamStore's gradient buffer.
   virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) = 0;
   // Running state (empty for layer/rms/group), for checkpoints and pnnorm.

@@ -23,9 +23,10 @@ PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                           uint16_t* y16) {
   if (!training)
-    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y,
+    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y, y16,
                                     &inv_s_b);
   // [count | sum x^2] of this rank, then of every rank.
   k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
@@ -41,7 +42,7 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
   k::pn_forward_scale(t.data(), warmup, d, eps, running_psi2.data(), inv_s.data());
   k::pn_absorb(stats.data(), t.data(), warmup, d, eps, alpha_fwd, ema_state, running_psi2.data(),
                inv_s.data(), sum_x2.data());
-  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y);
+  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y, y16);
 }
 
 template <class T>

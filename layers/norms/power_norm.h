@@ -59,7 +59,8 @@ struct PowerNorm : Norm<T> {
   PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
             Communicator* comm = nullptr);
   bool synchronized() const override { return comm != nullptr; }
-  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+               uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override;
   void save_forward(Buf<double>* saved) override;

@@ -16,9 +16,10 @@ PowerVNorm<T>::PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s,
 }
 
 template <class T>
-void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                            uint16_t* y16) {
   if (!training)
-    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y,
+    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y, y16,
                                     &scratch);
   // [count | sum x^2]; an empty set takes the inference scale and leaves psi^2 alone.
   k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
@@ -28,7 +29,7 @@ void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
     if (pr.valid) this->probe_values = {{"dist_psi2", pr.distance}};
   }
   k::power_v_absorb(stats.data(), d, eps, alpha, running_psi2.data(), inv_s.data());
-  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y);
+  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y, y16);
 }
 
 template <class T>

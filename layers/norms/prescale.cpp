@@ -17,11 +17,12 @@ Prescaled<T>::Prescaled(std::unique_ptr<Norm<T>> in, const NormOptions& o, int d
 }
 
 template <class T>
-void Prescaled<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void Prescaled<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                           uint16_t* y16) {
   z.resize(size_t(rows) * d);
   rinv.resize(size_t(rows) * groups);
-  k::rowgroup_rms_forward<T>(x, rows, d, groups, eps, nullptr, z.data(), rinv.data());
-  inner->forward(z.data(), mask, rows, y, training);
+  k::rowgroup_rms_forward<T>(x, rows, d, groups, eps, nullptr, z.data(), nullptr, rinv.data());
+  inner->forward(z.data(), mask, rows, y, training, y16);
 }
 
 template <class T>

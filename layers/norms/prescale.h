@@ -21,7 +21,8 @@ struct Prescaled final : Norm<T> {
 
   Prescaled(std::unique_ptr<Norm<T>> inner, const NormOptions& o, int dim,
             const std::string& name);
-  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) override;
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+               uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
   std::vector<StateTensor> state() override { return inner->state(); }
   bool synchronized() const override { return inner->synchronized(); }

@@ -18,10 +18,10 @@ namespace pn {
 template <class T>
 void psi_inference_forward(const T* x, int rows, int d, const Buf<double>& running_psi2,
                            double eps, const ParamStore<T>& store, int gamma, int beta, T* y,
-                           Buf<double>* scratch) {
+                           uint16_t* y16, Buf<double>* scratch) {
   scratch->resize(d);
   k::inverse_sqrt_eps(running_psi2.data(), d, eps, scratch->data());
-  k::column_affine<T>(x, rows, d, nullptr, scratch->data(), store.p(gamma), store.p(beta), y);
+  k::column_affine<T>(x, rows, d, nullptr, scratch->data(), store.p(gamma), store.p(beta), y, y16);
 }
 
 // sums: scratch of 2d ([sum dy | sum dy x]); g_xh: d.

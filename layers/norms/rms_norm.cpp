@@ -11,9 +11,10 @@ RmsNorm<T>::RmsNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::
 }
 
 template <class T>
-void RmsNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training) {
+void RmsNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+                         uint16_t* y16) {
   rinv.resize(rows);
-  k::rowgroup_rms_forward<T>(x, rows, d, 1, eps, store->p(gamma), y, rinv.data());
+  k::rowgroup_rms_forward<T>(x, rows, d, 1, eps, store->p(gamma), y, y16, rinv.data());
 }
 
 template <class T>

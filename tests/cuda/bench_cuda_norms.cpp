@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   report("layer", time_ms(
                       [&] {
                         cuda::layernorm_forward(x.data(), rows, d, gamma.data(), beta.data(), 1e-5f,
-                                                y.data(), mean.data(), rstd.data(), s);
+                                                y.data(), nullptr, mean.data(), rstd.data(), s);
                         cuda::layernorm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
                                                  gamma.data(), mask.data(), rows, d, dx.data(),
                                                  dgamma.data(), dbeta.data(), s);
@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   report("rms", time_ms(
                     [&] {
                       cuda::rowgroup_rms_forward(x.data(), rows, d, 1, 1e-5f, gamma.data(),
-                                                 y.data(), rstd.data(), s);
+                                                 y.data(), nullptr, rstd.data(), s);
                       cuda::rowgroup_rms_backward(x.data(), dy.data(), rstd.data(), gamma.data(),
                                                   mask.data(), rows, d, 1, dx.data(), dgamma.data(),
                                                   s);
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   report("group8", time_ms(
                        [&] {
                          cuda::rowgroup_norm_forward(x.data(), rows, d, 8, 1e-5f, gamma.data(),
-                                                     beta.data(), y.data(), mean.data(),
+                                                     beta.data(), y.data(), nullptr, mean.data(),
                                                      rstd.data(), s);
                          cuda::rowgroup_norm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
                                                       gamma.data(), mask.data(), rows, d, 8,

@@ -48,7 +48,8 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
     // (sync_batch: allreduce_sum_device(stats) here)
     cuda::batch_absorb(stats, d, o.eps, o.alpha, st.running_mean.data(), st.running_var.data(),
                        st.mean.data(), st.rstd.data(), nullptr, stream);
-    cuda::column_affine(x, rows, d, st.mean.data(), st.rstd.data(), gamma, beta, y, stream);
+    cuda::column_affine(x, rows, d, st.mean.data(), st.rstd.data(), gamma, beta, y, nullptr,
+                        stream);
     cuda::column_dot(dy, x, mask, rows, d, st.mean.data(), sums, sums + d, stream);
     cuda::batch_param_grads(stats, sums, d, st.rstd.data(), dgamma, dbeta, stream);
     // (sync_batch: allreduce_sum_device(sums) here)
@@ -67,7 +68,7 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
     cuda::pn_absorb(stats, st.t.data(), o.warmup, d, o.eps, o.alpha_fwd, false, st.psi2.data(),
                     st.inv_s.data(), st.sum_x2.data(), stream);
   }
-  cuda::column_affine(x, rows, d, nullptr, st.inv_s.data(), gamma, beta, y, stream);
+  cuda::column_affine(x, rows, d, nullptr, st.inv_s.data(), gamma, beta, y, nullptr, stream);
   cuda::column_dot(dy, x, mask, rows, d, nullptr, sums, sums + d, stream);
   cuda::psi_param_grads(stats, sums, d, st.inv_s.data(), gamma, dgamma, dbeta, st.g_xh.data(),
                         stream);

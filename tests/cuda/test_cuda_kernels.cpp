@@ -140,13 +140,13 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
   for (int with_bias = 0; with_bias < 2; ++with_bias) {
     SCOPED_TRACE(with_bias ? "k::linear_backward with a bias" : "k::linear_backward, no bias");
     std::vector<float> dxc(size_t(rows) * in), dW = dw0, db = db0;
-    k::linear_backward<float>(x.data(), nullptr, dy.data(), nullptr, rows, in, out, w.data(), dxc.data(),
-                              dW.data(), with_bias ? db.data() : nullptr);
+    k::linear_backward<float>(x.data(), nullptr, dy.data(), nullptr, rows, in, out, w.data(),
+                              dxc.data(), dW.data(), with_bias ? db.data() : nullptr);
     DeviceScope gpu(Device::CUDA, 0, GemmMath::fp32);
     Buf<float> bx, bdy, bw, bdx(dxc.size()), bdw, bdb;
     bx.from_host(x), bdy.from_host(dy), bw.from_host(w), bdw.from_host(dw0), bdb.from_host(db0);
-    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), nullptr, rows, in, out, bw.data(), bdx.data(),
-                              bdw.data(), with_bias ? bdb.data() : nullptr);
+    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), nullptr, rows, in, out, bw.data(),
+                              bdx.data(), bdw.data(), with_bias ? bdb.data() : nullptr);
     expect_close("dx", bdx.to_host(), dxc, 1e-5, 1e-5);
     expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
     expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
@@ -688,6 +688,70 @@ TEST(CudaKernels, LossGradientInBf16IsItsFp32Rounded) {
   EXPECT_EQ(padding, 0u) << "a padded word with a gradient";
 }
 
+// A norm's output written by its own kernel as its bf16 rounding (y16, where only GEMMs read it)
+// is the fp32 output rounded, to the bit, for every forward kernel of the norms (the row norm, rms
+// and group rows, and the column affine map of BN, PN-V and PN), with the same statistics: on the
+// GPU and on the CPU twins.
+TEST(CudaKernels, NormOutputInBf16IsItsFp32Rounded) {
+  PN_REQUIRE_GPU();
+  const int rows = 37, d = 96, G = 4;
+  const size_t n = size_t(rows) * d;
+  const auto x = randf(n, 120, 2.f), gamma = randf(d, 121), beta = randf(d, 122);
+  std::vector<double> shift(d), scale(d);
+  for (int c = 0; c < d; ++c) shift[c] = 0.01 * c - 0.3, scale[c] = 0.5 + 0.01 * c;
+  const std::vector<float> zeros(size_t(rows) * G, 0.f);  // the row norm fills rows of them
+  DBuf<float> dx(x), dgamma(gamma), dbeta(beta), y(n), stat_a(zeros), stat_b(zeros);
+  DBuf<double> dshift(shift), dscale(scale);
+  DBuf<uint16_t> y16(n), rounded(n);
+  const char* names[4] = {"layernorm_forward", "rowgroup_rms_forward", "rowgroup_norm_forward",
+                          "column_affine"};
+  for (int kernel = 0; kernel < 4; ++kernel) {
+    SCOPED_TRACE(names[kernel]);
+    std::vector<float> stats[2];
+    std::vector<float> cy(n), ca(size_t(rows) * G), cb(size_t(rows) * G);
+    std::vector<uint16_t> c16(n), c_rounded(n);
+    for (int in_bf16 = 0; in_bf16 < 2; ++in_bf16) {
+      float* yo = in_bf16 ? nullptr : y.data();
+      uint16_t* yo16 = in_bf16 ? y16.data() : nullptr;
+      float* co = in_bf16 ? nullptr : cy.data();
+      uint16_t* co16 = in_bf16 ? c16.data() : nullptr;
+      switch (kernel) {
+        case 0:
+          cuda::layernorm_forward(dx.data(), rows, d, dgamma.data(), dbeta.data(), 1e-5f, yo, yo16,
+                                  stat_a.data(), stat_b.data(), kStream);
+          k::cpu::layernorm_forward<float>(x.data(), rows, d, gamma.data(), beta.data(), 1e-5f, co,
+                                           co16, ca.data(), cb.data());
+          break;
+        case 1:
+          cuda::rowgroup_rms_forward(dx.data(), rows, d, G, 1e-5f, dgamma.data(), yo, yo16,
+                                     stat_a.data(), kStream);
+          k::cpu::rowgroup_rms_forward<float>(x.data(), rows, d, G, 1e-5f, gamma.data(), co, co16,
+                                              ca.data());
+          break;
+        case 2:
+          cuda::rowgroup_norm_forward(dx.data(), rows, d, G, 1e-5f, dgamma.data(), dbeta.data(), yo,
+                                      yo16, stat_a.data(), stat_b.data(), kStream);
+          k::cpu::rowgroup_norm_forward<float>(x.data(), rows, d, G, 1e-5f, gamma.data(),
+                                               beta.data(), co, co16, ca.data(), cb.data());
+          break;
+        default:
+          cuda::column_affine(dx.data(), rows, d, dshift.data(), dscale.data(), dgamma.data(),
+                              dbeta.data(), yo, yo16, kStream);
+          k::cpu::column_affine<float>(x.data(), rows, d, shift.data(), scale.data(),
+                                       gamma.data(), beta.data(), co, co16);
+      }
+      stats[in_bf16] = stat_a.download();
+      if (!in_bf16) {
+        cuda::round_bf16(y.data(), n, rounded.data(), kStream);
+        k::cpu::round_bf16(cy.data(), n, c_rounded.data());
+      }
+    }
+    EXPECT_EQ(y16.download(), rounded.download()) << "GPU";
+    EXPECT_EQ(c16, c_rounded) << "CPU";
+    EXPECT_EQ(stats[1], stats[0]) << "the statistics differ";
+  }
+}
+
 TEST(CudaKernels, AdamAndReductions) {
   PN_REQUIRE_GPU();
   const size_t n = 50001;
@@ -793,9 +857,10 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
       const bool full = variant == 0;
       std::vector<float> y(n);
       k::column_affine<float>(x.data(), c.rows, c.d, full ? shift.data() : nullptr, scale.data(),
-                              gamma.data(), full ? beta.data() : nullptr, y.data());
+                              gamma.data(), full ? beta.data() : nullptr, y.data(), nullptr);
       cuda::column_affine(dx.data(), c.rows, c.d, full ? dshift.data() : nullptr, dscale.data(),
-                          dgamma.data(), full ? dbeta.data() : nullptr, dout.data(), kStream);
+                          dgamma.data(), full ? dbeta.data() : nullptr, dout.data(), nullptr,
+                          kStream);
       expect_close("column_affine", dout.download(), y, 1e-6, 1e-6);
 
       std::vector<float> gx(n);
@@ -827,12 +892,13 @@ TEST(CudaNormKernels, RowGroupRms) {
         std::vector<float> y(n), rinv(size_t(c.rows) * G), gx(n);
         std::vector<float> dgamma = randf(c.d, 34);
         DBuf<float> ddgamma(dgamma);
-        k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(), rinv.data());
+        k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(), nullptr,
+                                       rinv.data());
         k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(), c.rows,
                                         c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr);
         cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
-                                   with_gamma ? dgm.data() : nullptr, dy_out.data(), drinv.data(),
-                                   kStream);
+                                   with_gamma ? dgm.data() : nullptr, dy_out.data(), nullptr,
+                                   drinv.data(), kStream);
         cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
                                     with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
                                     ddx.data(), with_gamma ? ddgamma.data() : nullptr, kStream);
@@ -862,23 +928,23 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
       DBuf<uint8_t> dmask(mask);
       if (G == 1) {
         k::layernorm_forward<float>(x.data(), c.rows, c.d, gamma.data(), beta.data(), 1e-5f,
-                                    y.data(), mean.data(), rstd.data());
+                                    y.data(), nullptr, mean.data(), rstd.data());
         k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
                                      mask.data(), c.rows, c.d, gx.data(), dgamma.data(),
                                      dbeta.data());
         cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
-                                dmean.data(), drstd.data(), kStream);
+                                nullptr, dmean.data(), drstd.data(), kStream);
         cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                  dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(),
                                  ddbeta.data(), kStream);
       } else {
         k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(), beta.data(),
-                                        y.data(), mean.data(), rstd.data());
+                                        y.data(), nullptr, mean.data(), rstd.data());
         k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(),
                                          gamma.data(), mask.data(), c.rows, c.d, G, gx.data(),
                                          dgamma.data(), dbeta.data());
         cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
-                                    dyo.data(), dmean.data(), drstd.data(), kStream);
+                                    dyo.data(), nullptr, dmean.data(), drstd.data(), kStream);
         cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                      dmask.data(), c.rows, c.d, G, ddx.data(), ddgamma.data(),
                                      ddbeta.data(), kStream);
@@ -932,7 +998,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         dinv.upload(inv);
         dnu.upload(st.nu);
         cuda::column_affine(dx.data(), rows, d, nullptr, dinv.data(), dgm.data(), dbt.data(),
-                            dy_out.data(), kStream);
+                            dy_out.data(), nullptr, kStream);
         cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), rows, d, nullptr,
                                    dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(),
                                    kStream);
@@ -943,7 +1009,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         gx = ddx.download();
       } else {
         k::column_affine<float>(x.data(), rows, d, nullptr, inv.data(), gamma.data(), beta.data(),
-                                y.data());
+                                y.data(), nullptr);
         k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), rows, d, nullptr,
                                        inv.data(), gamma.data(), nullptr, st.nu.data(), gx.data());
         k::column_dot<float>(dy.data(), x.data(), mask.data(), rows, d, nullptr, sa.data(),
