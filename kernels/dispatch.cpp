@@ -205,7 +205,7 @@ template <class T>
 void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
                      int in, int out, const T* W, T* dx, T* dW, T* db) {
   // bf16 GEMMs: dy rounded once for both, unless it came rounded
-  const Bf16Copy rounded(dy16 ? nullptr : dy, dy16 ? 0 : size_t(rows) * out);
+  const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
   if (dx) gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias gradient in cuBLASLt's epilogue where it runs the shape.

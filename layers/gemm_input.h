@@ -26,12 +26,8 @@ struct GemmInput {
 
   // Where the producer writes the next forward's n values: `full`, or the transient.
   T* begin(size_t n, Buf<T>& transient) {
+    if (!k::gemm_inputs_in_bf16<T>()) return begin_either(n).first;
     x16 = nullptr;
-    if (!k::gemm_inputs_in_bf16<T>()) {
-      full.resize(n);
-      x = full.data();
-      return full.data();
-    }
     T* t = Workspace<T>::take(transient, n);
     x = t;
     return t;
