@@ -5,13 +5,17 @@
 // rows sum float inputs in double, then each column adds its block sums in block order. No
 // atomics: the partition depends on the shape only, so results repeat bit for bit.
 // Row statistics (layer, rms, group, pre-scaling) give one warp to each (row, group), summing
-// in double with a butterfly of shuffles. Affine maps use per-column float coefficients made
-// from the double statistics exactly as the CPU kernels make them (shift split into its float
-// rounding plus a double correction folded into the offset), with explicitly rounded float
-// operations, so that y and dx match the CPU to the last bit when the coefficients do.
+// in double with a butterfly of shuffles; groups of up to 1024 are read once into registers,
+// and the backward sums the parameter gradients as it goes (no second pass over x and dy).
+// Affine maps use per-column float coefficients made from the double statistics exactly as the
+// CPU kernels make them (shift split into its float rounding plus a double correction folded
+// into the offset), with explicitly rounded float operations, so that y and dx match the CPU to
+// the last bit when the coefficients do.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -129,142 +133,234 @@ __device__ __forceinline__ long long warp_unit() {
   return blockIdx.x * (long long)kWarpsPerBlock + (threadIdx.x >> 5);
 }
 
-// rinv = 1/sqrt(mean_group x^2 + eps);  y = x rinv gamma
-__global__ void rms_forward_kernel(const float* x, int rows, int d, int G, float eps,
-                                   const float* gamma, float* y, uint16_t* y16, float* rinv) {
-  const long long w = warp_unit();
-  if (w >= (long long)rows * G) return;
-  const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
-  const size_t off = size_t(w / G) * d + size_t(j) * m;
-  const float* xr = x + off;
-  double s = 0;
-  for (int c = lane; c < m; c += 32) s += double(xr[c] * xr[c]);
-  s = warp_sum(s);
-  const float rf = float(1.0 / sqrt(s / m + double(eps)));
-  for (int c = lane; c < m; c += 32) {
-    const float v = __fmul_rn(xr[c], rf);
-    put_out(y, y16, off + c, gamma ? __fmul_rn(v, gamma[size_t(j) * m + c]) : v);
-  }
-  if (lane == 0) rinv[w] = rf;
+// A lane's values of one (row, group) of m: l, l + 32, ... (KMAX of them at most when KMAX > 0, a
+// number fixed at compile time, so that they stay in registers; KMAX = 0: any m).
+template <int KMAX>
+__device__ __forceinline__ int lane_slots(int m) {
+  return KMAX > 0 ? KMAX : (m + 31) / 32;
+}
+constexpr int kMaxHeld = 32;  // values a lane holds at most: groups of up to 1024
+template <int KMAX>
+using Held = float[KMAX > 0 ? KMAX : 1];
+template <int KMAX>
+__device__ __forceinline__ float held_or_read(const Held<KMAX>& v, const float* xr, int k, int c) {
+  if constexpr (KMAX > 0)
+    return v[k];
+  else
+    return xr[c];
 }
 
-// xh = x rinv, g = gamma dy: dx = rinv (g - xh mean_group(g xh)); 0 on masked rows.
-__global__ void rms_backward_kernel(const float* x, const float* dy, const float* rinv,
-                                    const float* gamma, const uint8_t* mask, int rows, int d, int G,
-                                    float* dx) {
+// Forward of a row group, kRms: rinv = 1/sqrt(mean x^2 + eps), y = x rinv gamma (stat = rinv).
+// Otherwise: mu, var over the group (deviations from the float mean squared in float, summed in
+// double, the offset mu - float(mu) removed after, as the CPU); xh = (x - mu) rstd; y = gamma xh +
+// beta (stat = rstd, mean = float(mu)). With KMAX > 0 x is read once.
+template <bool kRms, int KMAX>
+__global__ void rowgroup_forward_kernel(const float* x, int rows, int d, int G, float eps,
+                                        const float* gamma, const float* beta, float* y,
+                                        uint16_t* y16, float* mean, float* stat) {
   const long long w = warp_unit();
   if (w >= (long long)rows * G) return;
-  const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
-  const int r = int(w / G);
-  const size_t off = size_t(r) * d + size_t(j) * m;
-  if (!live(mask, r)) {
-    for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
-    return;
-  }
-  const float ri = rinv[w];
-  const float* gm = gamma ? gamma + size_t(j) * m : nullptr;
-  double sgx = 0;
-  for (int c = lane; c < m; c += 32) {
-    const float g = gm ? __fmul_rn(gm[c], dy[off + c]) : dy[off + c];
-    sgx += double(__fmul_rn(g, __fmul_rn(x[off + c], ri)));
-  }
-  sgx = warp_sum(sgx);
-  const float mgx = float(sgx / m);
-  for (int c = lane; c < m; c += 32) {
-    const float g = gm ? __fmul_rn(gm[c], dy[off + c]) : dy[off + c];
-    const float xh = __fmul_rn(x[off + c], ri);
-    dx[off + c] = __fmul_rn(ri, __fsub_rn(g, __fmul_rn(xh, mgx)));
-  }
-}
-struct RmsGradOp {  // v0 = dy xh (xh = x rinv), v1 unused
-  const float* x;
-  const float* dy;
-  const float* rinv;
-  int d, G, m;
-  __device__ void operator()(int r, int c, double& v0, double& v1) const {
-    const size_t i = size_t(r) * d + c;
-    v0 = double(__fmul_rn(dy[i], __fmul_rn(x[i], rinv[size_t(r) * G + c / m])));
-    v1 = 0;
-  }
-};
-
-// mu, var over the group (deviations from the float mean squared in float, summed in double,
-// the offset mu - float(mu) removed after, as the CPU); xh = (x - mu) rstd; y = gamma xh + beta.
-__global__ void norm_forward_kernel(const float* x, int rows, int d, int G, float eps,
-                                    const float* gamma, const float* beta, float* y, uint16_t* y16,
-                                    float* mean, float* rstd) {
-  const long long w = warp_unit();
-  if (w >= (long long)rows * G) return;
-  const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
+  const int lane = threadIdx.x & 31, m = d / G, j = int(w % G), K = lane_slots<KMAX>(m);
   const size_t off = size_t(w / G) * d + size_t(j) * m;
   const float* xr = x + off;
+  Held<KMAX> v;
   double s1 = 0;
-  for (int c = lane; c < m; c += 32) s1 += double(xr[c]);
-  const double mu = warp_sum(s1) / m;
-  const float mf = float(mu);
-  double s2 = 0;
-  for (int c = lane; c < m; c += 32) {
-    const float u = __fsub_rn(xr[c], mf);
-    s2 += double(__fmul_rn(u, u));
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = lane + 32 * k;
+    if (c >= m) continue;
+    const float a = xr[c];
+    if constexpr (KMAX > 0) v[k] = a;
+    s1 += kRms ? double(__fmul_rn(a, a)) : double(a);
   }
-  s2 = warp_sum(s2);
-  const double o = mu - double(mf);
-  const double var = fmax(0.0, s2 / m - o * o);
-  const float rs = float(1.0 / sqrt(var + double(eps)));
-  const float* gj = gamma + size_t(j) * m;
-  const float* bj = beta + size_t(j) * m;
-  for (int c = lane; c < m; c += 32)
-    put_out(y, y16, off + c,
-            __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(xr[c], mf), rs)), bj[c]));
+  s1 = warp_sum(s1);
+  float mf = 0.f, rs;
+  if constexpr (kRms) {
+    rs = float(1.0 / sqrt(s1 / m + double(eps)));
+  } else {
+    const double mu = s1 / m;
+    mf = float(mu);
+    double s2 = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= m) continue;
+      const float u = __fsub_rn(held_or_read<KMAX>(v, xr, k, c), mf);
+      s2 += double(__fmul_rn(u, u));
+    }
+    s2 = warp_sum(s2);
+    const double o = mu - double(mf);
+    rs = float(1.0 / sqrt(fmax(0.0, s2 / m - o * o) + double(eps)));
+  }
+  const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
+  const float* bj = beta ? beta + size_t(j) * m : nullptr;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = lane + 32 * k;
+    if (c >= m) continue;
+    const float a = held_or_read<KMAX>(v, xr, k, c);
+    float out;
+    if constexpr (kRms) {
+      out = __fmul_rn(a, rs);
+      if (gj) out = __fmul_rn(out, gj[c]);
+    } else {
+      out = __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(a, mf), rs)), bj[c]);
+    }
+    put_out(y, y16, off + c, out);
+  }
   if (lane == 0) {
-    mean[w] = mf;
-    rstd[w] = rs;
+    if (!kRms) mean[w] = mf;
+    stat[w] = rs;
   }
 }
 
-// dx = rstd (g - mean_group g - xh mean_group(g xh)); 0 on masked rows.
-__global__ void norm_backward_kernel(const float* x, const float* dy, const float* mean,
-                                     const float* rstd, const float* gamma, const uint8_t* mask,
-                                     int rows, int d, int G, float* dx) {
-  const long long w = warp_unit();
-  if (w >= (long long)rows * G) return;
-  const int lane = threadIdx.x & 31, m = d / G, j = int(w % G);
-  const int r = int(w / G);
-  const size_t off = size_t(r) * d + size_t(j) * m;
-  if (!live(mask, r)) {
-    for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
-    return;
+// Backward of a row group, xh = (x - mu) rstd (kRms: x rinv), g = gamma dy: dx = rstd (g -
+// mean_group g - xh mean_group(g xh)) (kRms: rinv (g - xh mean_group(g xh))); 0 on masked rows.
+// Block b takes group j = b % G of rows b / G * kRowWarps + warp, stepping row_step. With part
+// (KMAX > 0) each lane also sums dy xh and dy (dgamma, dbeta) of its columns over its live rows in
+// float, as the CPU sums a chunk; the block adds its warps in warp order, in double, into part[(b /
+// G) * 2 + {0, 1}][column], summed by column_combine_kernel. The partition depends on the shape
+// alone: bitwise repeatable.
+constexpr int kRowWarps = 4;
+template <bool kRms, int KMAX>
+__global__ void rowgroup_backward_kernel(const float* x, const float* dy, const float* mean,
+                                         const float* stat, const float* gamma, const uint8_t* mask,
+                                         int rows, int d, int G, int row_step, float* dx,
+                                         double* part) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = d / G, K = lane_slots<KMAX>(m);
+  const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
+  const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
+  Held<KMAX> pg{}, pb{};
+  for (int r = rb * kRowWarps + warp; r < rows; r += row_step) {
+    const size_t off = size_t(r) * d + size_t(j) * m;
+    if (!live(mask, r)) {
+      for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
+      continue;
+    }
+    const size_t u = size_t(r) * G + j;
+    const float rs = stat[u], mu = kRms ? 0.f : mean[u];
+    const auto xhat = [&](float a) {
+      return kRms ? __fmul_rn(a, rs) : __fmul_rn(__fsub_rn(a, mu), rs);
+    };
+    double sg = 0, sgx = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= m) continue;
+      const float dyc = dy[off + c], xh = xhat(x[off + c]);
+      const float g = gj ? __fmul_rn(gj[c], dyc) : dyc;
+      sg += double(g);
+      sgx += double(__fmul_rn(g, xh));
+      if constexpr (KMAX > 0) {
+        pg[k] = __fadd_rn(pg[k], __fmul_rn(dyc, xh));
+        pb[k] = __fadd_rn(pb[k], dyc);
+      }
+    }
+    if (!kRms) sg = warp_sum(sg);
+    sgx = warp_sum(sgx);
+    const float mg = float(sg / m), mgx = float(sgx / m);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= m) continue;
+      const float dyc = dy[off + c], xh = xhat(x[off + c]);
+      const float g = gj ? __fmul_rn(gj[c], dyc) : dyc;
+      dx[off + c] = kRms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mgx)))
+                         : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+    }
   }
-  const float mu = mean[w], rs = rstd[w];
-  const float* gj = gamma + size_t(j) * m;
-  double sg = 0, sgx = 0;
-  for (int c = lane; c < m; c += 32) {
-    const float g = __fmul_rn(gj[c], dy[off + c]);
-    sg += double(g);
-    sgx += double(__fmul_rn(g, __fmul_rn(__fsub_rn(x[off + c], mu), rs)));
-  }
-  sg = warp_sum(sg);
-  sgx = warp_sum(sgx);
-  const float mg = float(sg / m), mgx = float(sgx / m);
-  for (int c = lane; c < m; c += 32) {
-    const float g = __fmul_rn(gj[c], dy[off + c]);
-    const float xh = __fmul_rn(__fsub_rn(x[off + c], mu), rs);
-    dx[off + c] = __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+  if constexpr (KMAX > 0) {
+    if (!part) return;  // uniform over the block: no barrier is skipped by some threads only
+    __shared__ float sh[2][kRowWarps][32];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      sh[0][warp][lane] = pg[k];
+      sh[1][warp][lane] = pb[k];
+      __syncthreads();
+      const int c = lane + 32 * k;
+      if (warp < 2 && c < m) {
+        double a = 0;
+        for (int w = 0; w < kRowWarps; ++w) a += double(sh[warp][w][lane]);
+        part[(size_t(rb) * 2 + warp) * d + size_t(j) * m + c] = kRms && warp == 1 ? 0.0 : a;
+      }
+      __syncthreads();
+    }
   }
 }
-struct NormGradOp {  // v0 = dy xh, v1 = dy
+struct RowGradOp {  // the unfused path's parameter gradients: v0 = dy xh, v1 = dy
   const float* x;
   const float* dy;
-  const float* mean;
-  const float* rstd;
+  const float* mean;  // null: kRms (xh = x rinv)
+  const float* stat;
   int d, G, m;
   __device__ void operator()(int r, int c, double& v0, double& v1) const {
     const size_t i = size_t(r) * d + c;
     const size_t k = size_t(r) * G + c / m;
-    v0 = double(__fmul_rn(dy[i], __fmul_rn(__fsub_rn(x[i], mean[k]), rstd[k])));
+    const float xh =
+        mean ? __fmul_rn(__fsub_rn(x[i], mean[k]), stat[k]) : __fmul_rn(x[i], stat[k]);
+    v0 = double(__fmul_rn(dy[i], xh));
     v1 = double(dy[i]);
   }
 };
+
+// The smallest lane capacity for m values (0: more than kMaxHeld per lane, nothing held).
+int held_slots(int m) {
+  for (int k : {2, 4, 8, 16, 24, kMaxHeld})
+    if (m <= 32 * k) return k;
+  return 0;
+}
+template <class F>
+void with_held_slots(int m, F&& f) {  // f(std::integral_constant<int, KMAX>)
+  switch (held_slots(m)) {
+    case 2: return f(std::integral_constant<int, 2>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 8: return f(std::integral_constant<int, 8>());
+    case 16: return f(std::integral_constant<int, 16>());
+    case 24: return f(std::integral_constant<int, 24>());
+    case kMaxHeld: return f(std::integral_constant<int, kMaxHeld>());
+    default: return f(std::integral_constant<int, 0>());
+  }
+}
+
+template <bool kRms>
+void rowgroup_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
+                      const float* beta, float* y, uint16_t* y16, float* mean, float* stat,
+                      cudaStream_t s) {
+  if (rows == 0 || d == 0) return;
+  with_held_slots(d / G, [&](auto held) {
+    PN_LAUNCH((rowgroup_forward_kernel<kRms, decltype(held)::value>),
+              warp_blocks((long long)rows * G), kThreads, 0, s)(x, rows, d, G, eps, gamma, beta,
+                                                               y, y16, mean, stat);
+    PN_LAUNCHED();
+  });
+}
+
+// Row blocks of the backward: at most kGradBlocks blocks in all (their partial sums are d doubles
+// x 2 each), and no more than the rows need.
+constexpr int kGradBlocks = 256;
+template <bool kRms>
+void rowgroup_backward(const float* x, const float* dy, const float* mean, const float* stat,
+                       const float* gamma, const uint8_t* mask, int rows, int d, int G, float* dx,
+                       float* dgamma, float* dbeta, cudaStream_t s) {
+  if (rows == 0 || d == 0) return;
+  const int m = d / G;
+  const int rb = std::max(1, std::min((rows + kRowWarps - 1) / kRowWarps, kGradBlocks / G));
+  const bool fused = held_slots(m) > 0 && (dgamma || dbeta);
+  double* part = fused ? scratch_as<double>(kSlotPartials, size_t(rb) * 2 * d, s) : nullptr;
+  with_held_slots(m, [&](auto held) {
+    PN_LAUNCH((rowgroup_backward_kernel<kRms, decltype(held)::value>), unsigned(rb) * G,
+              kRowWarps * 32, 0, s)(x, dy, mean, stat, gamma, mask, rows, d, G, rb * kRowWarps,
+                                    dx, part);
+    PN_LAUNCHED();
+  });
+  if (fused) {
+    PN_LAUNCH(column_combine_kernel<float>, (d + kThreads - 1) / kThreads, kThreads, 0, s)(
+        part, rb, d, dgamma, dbeta);
+    PN_LAUNCHED();
+  } else if (dgamma || dbeta) {
+    column_reduce(RowGradOp{x, dy, mean, stat, d, G, m}, mask, rows, d, dgamma, dbeta, s);
+  }
+}
 
 unsigned col_blocks(int d) { return unsigned((d + kThreads - 1) / kThreads); }
 
@@ -309,42 +405,25 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                           float* y, uint16_t* y16, float* rinv, cudaStream_t s) {
-  if (rows == 0 || d == 0) return;
-  PN_LAUNCH(rms_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, rows, d, G, eps, gamma, y, y16, rinv);
-  PN_LAUNCHED();
+  rowgroup_forward<true>(x, rows, d, G, eps, gamma, nullptr, y, y16, nullptr, rinv, s);
 }
 
 void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, const float* gamma,
                            const uint8_t* mask, int rows, int d, int G, float* dx, float* dgamma,
                            cudaStream_t s) {
-  if (rows == 0 || d == 0) return;
-  PN_LAUNCH(rms_backward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, dy, rinv, gamma, mask, rows, d, G, dx);
-  PN_LAUNCHED();
-  if (dgamma)
-    column_reduce(RmsGradOp{x, dy, rinv, d, G, d / G}, mask, rows, d, dgamma,
-                  static_cast<float*>(nullptr), s);
+  rowgroup_backward<true>(x, dy, nullptr, rinv, gamma, mask, rows, d, G, dx, dgamma, nullptr, s);
 }
 
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                            const float* beta, float* y, uint16_t* y16, float* mean, float* rstd,
                            cudaStream_t s) {
-  if (rows == 0 || d == 0) return;
-  PN_LAUNCH(norm_forward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, rows, d, G, eps, gamma, beta, y, y16, mean, rstd);
-  PN_LAUNCHED();
+  rowgroup_forward<false>(x, rows, d, G, eps, gamma, beta, y, y16, mean, rstd, s);
 }
 
 void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                             const float* gamma, const uint8_t* mask, int rows, int d, int G,
                             float* dx, float* dgamma, float* dbeta, cudaStream_t s) {
-  if (rows == 0 || d == 0) return;
-  PN_LAUNCH(norm_backward_kernel, warp_blocks((long long)rows * G), kThreads, 0, s)(
-      x, dy, mean, rstd, gamma, mask, rows, d, G, dx);
-  PN_LAUNCHED();
-  if (dgamma || dbeta)
-    column_reduce(NormGradOp{x, dy, mean, rstd, d, G, d / G}, mask, rows, d, dgamma, dbeta, s);
+  rowgroup_backward<false>(x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma, dbeta, s);
 }
 
 void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
