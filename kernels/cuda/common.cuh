@@ -103,7 +103,7 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 // ty, ty+8, ... of the chunk for column tile*32+tx in double, then the 8 row lanes are added in
 // lane order into part[(chunk*2 + k)*d + c] for the two sums k = 0, 1.
 // Level 2: each column adds its chunk partials in chunk order.
-// Op(r, c, &v0, &v1) gives the two values of row r, column c; only live rows are visited.
+// Op(r, c, &v0, &v1) gives the two values of row r, column c; only live rows are summed.
 constexpr int kColTile = 32, kColLanes = 8, kColRowChunk = 256;
 
 inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowChunk; }
@@ -116,14 +116,18 @@ __global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int
   const int r0 = ch * kColRowChunk;
   const int r1 = min(rows, r0 + kColRowChunk);
   double s0 = 0, s1 = 0;
+  // A row's values are read whether it is live or not (every row is in bounds), so that the
+  // loads of the next rows need not wait for this row's mask: only the sums do.
   if (c < d)
-    for (int r = r0 + ty; r < r1; r += kColLanes)
+#pragma unroll 4
+    for (int r = r0 + ty; r < r1; r += kColLanes) {
+      double v0, v1;
+      op(r, c, v0, v1);
       if (live(mask, r)) {
-        double v0, v1;
-        op(r, c, v0, v1);
         s0 += v0;
         s1 += v1;
       }
+    }
   __shared__ double sh[2][kColLanes][kColTile];
   sh[0][ty][tx] = s0;
   sh[1][ty][tx] = s1;
