@@ -817,6 +817,50 @@ def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
     return True
 
 
+def spread(mean, sd, n):
+    """'mean ± sd' over n seeds; the mean alone for one seed (it has no spread)."""
+    return "%.2f ± %.2f" % (mean, sd) if n > 1 else "%.2f" % mean
+
+
+def figure5_seed_summary(by, vlist, minis, U):
+    """Markdown lines: per norm and m below the update U, the test perplexity's mean and standard
+    deviation over the seeds at m and at U, and their difference with Welch's 95% interval."""
+    labels = {v[0]: v[1] for v in vlist}
+    L = ["", "## Over seeds: each m against m = %d" % U, "",
+         "Test perplexity at the best validation, mean ± sample standard deviation over the seeds "
+         "that have the cell; the difference of the means with its 95% confidence interval "
+         "(Welch's t, launcher/analysis/seed_stats.py). Positive: worse with the smaller "
+         "statistics batch.", "",
+         "| norm | m | seeds (m / %d) | test ppl at m | at m = %d | difference | 95%% CI | p | "
+         "outside the interval? |" % (U, U), "|---|---|---|---|---|---|---|---|---|"]
+    words = []
+    for key in [v[0] for v in vlist]:
+        ref = [by[(k, s, mm)]["test_ppl"] for k, s, mm in sorted(by) if k == key and mm == U]
+        for m in [mm for mm in minis if mm < U]:
+            vals = [by[(k, s, mm)]["test_ppl"] for k, s, mm in sorted(by)
+                    if k == key and mm == m]
+            mv, sv, nv = mean_sd(vals)
+            mr, sr, nr = mean_sd(ref)
+            if mv is None or mr is None:
+                continue
+            w = welch(vals, ref)
+            diff = "%+.2f (%+.1f%%)" % (mv - mr, 100 * (mv / mr - 1))
+            if w is None:
+                tail = "— | — | fewer than 2 seeds on a side"
+            else:
+                tail = "[%+.2f, %+.2f] | %.3f | %s" % (
+                    w["lo"], w["hi"], w["p"], "yes: %s" % ("worse" if w["diff"] > 0 else "better")
+                    if w["lo"] > 0 or w["hi"] < 0 else "no")
+            L.append("| %s | %d | %d / %d | %s | %s | %s | %s |" % (
+                labels[key], m, nv, nr, spread(mv, sv, nv), spread(mr, sr, nr), diff, tail))
+            if w is not None:
+                words.append(describe_difference("%s at m = %d" % (labels[key], m),
+                                                 "at m = %d" % U, w, "test ppl"))
+    if words:
+        L += ["", "In words:", ""] + ["- " + x for x in words]
+    return L
+
+
 def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
     """FIGURE5.md of an epoch preset's Figure 5 cells: test perplexity at the best validation
     against the statistics mini-batch m, one line per norm with LN's table cell as the
@@ -851,6 +895,7 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
             ln[seed] = r["test_ppl"]
             L.append("| LN (reference, m not used) | %d | %s |" % (
                 seed, " | ".join("%.1f" % r["test_ppl"] for _ in minis)))
+    L += figure5_seed_summary(by, vlist, minis, U)
     plt = plt_or_none()
     if plt is not None and rows:
         draw_figure5(plt, by, ln, vlist, runner.seeds, minis, U, a.preset,
