@@ -124,6 +124,8 @@ rc=$?
 [ $rc -eq 0 ] || fail "figure5: exit $rc: $out"
 grep -q "^| BN | 1 | [0-9.]* ([0-9.]*) | [0-9.]* ([0-9.]*) |" "$tmp/f5/FIGURE5.md" ||
   fail "figure5: no BN row: $(cat "$tmp/f5/FIGURE5.md")"
+grep -q "^| BN | 2048 | 1 / 1 | [0-9.]* | [0-9.]* | [-+][0-9.]* .* fewer than 2 seeds on a side |$" \
+  "$tmp/f5/FIGURE5.md" || fail "figure5: no m against m = 4096: $(cat "$tmp/f5/FIGURE5.md")"
 grep -q -- "--max-tokens 2048 --update-freq 2" "$tmp/f5/figure5/batch_m2048_s1/cmd.txt" &&
   grep -q -- "--probe-norm-stats all" "$tmp/f5/figure5/batch_m4096_s1/cmd.txt" ||
   fail "figure5: BN cells' commands"
