@@ -116,13 +116,12 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
     // without dropout the branch's output gradient is the stream's, read where it is)
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_ff.data(), p, n, df);
     b.ff.backward(b.b.saved(), drop ? df : grad_a.data(), grad_b.data(), b.b.x16);
-    b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, df);
-    k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt mid
+    // the norm's input gradient added to the stream's in place: grad wrt mid
+    b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, grad_a.data(), true);
     // mid = x + drop(attn(norm_self(x)))
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_attn.data(), p, n, df);
     b.attn.backward(b.a.saved(), drop ? df : grad_a.data(), grad_b.data(), b.a.x16);
-    b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, df);
-    k::add_inplace<T>(grad_a.data(), df, n);  // grad wrt block input
+    b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, grad_a.data(), true);  // wrt x
     if (grads_ready) grads_ready(b.param_begin);
   }
   embed.backward(tokens.data(), grad_a.data(), rows);

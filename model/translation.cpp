@@ -230,16 +230,13 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
     DecoderBlock& b = decoder[l];
     branch_grad(nt, b.keep_ff);
     b.ff.backward(b.b.data(), df, gb);
-    b.norm_ff->backward(b.m2.data(), gb, tmask, rows_t, df);
-    k::add_inplace<T>(ga, df, nt);
+    b.norm_ff->backward(b.m2.data(), gb, tmask, rows_t, ga, true);
     branch_grad(nt, b.keep_cross);
     b.cross_attn.backward(b.c.data(), enc_out.data(), df, gb, grad_enc.data());
-    b.norm_cross->backward(b.m1.data(), gb, tmask, rows_t, df);
-    k::add_inplace<T>(ga, df, nt);
+    b.norm_cross->backward(b.m1.data(), gb, tmask, rows_t, ga, true);
     branch_grad(nt, b.keep_self);
     b.self_attn.backward(b.a.data(), nullptr, df, gb, nullptr);
-    b.norm_self->backward(b.x.data(), gb, tmask, rows_t, df);
-    k::add_inplace<T>(ga, df, nt);
+    b.norm_self->backward(b.x.data(), gb, tmask, rows_t, ga, true);
     ready(b.param_begin);
   }
   if (drop) k::dropout_apply<T>(ga, keep_tgt_embed.data(), nt, p);
@@ -251,12 +248,10 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
     EncoderBlock& b = encoder[l];
     branch_grad(ns, b.keep_ff);
     b.ff.backward(b.b.data(), df, gb);
-    b.norm_ff->backward(b.mid.data(), gb, smask, rows_s, df);
-    k::add_inplace<T>(ga, df, ns);
+    b.norm_ff->backward(b.mid.data(), gb, smask, rows_s, ga, true);
     branch_grad(ns, b.keep_attn);
     b.attn.backward(b.a.data(), nullptr, df, gb, nullptr);
-    b.norm_self->backward(b.x.data(), gb, smask, rows_s, df);
-    k::add_inplace<T>(ga, df, ns);
+    b.norm_self->backward(b.x.data(), gb, smask, rows_s, ga, true);
     ready(b.param_begin);
   }
   if (drop) k::dropout_apply<T>(ga, keep_src_embed.data(), ns, p);

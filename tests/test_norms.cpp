@@ -223,6 +223,46 @@ TEST(PowerNorm, VariantsDifferAndUnknownIsRefused) {
   EXPECT_THROW(parse_pn_warmup_psi("median"), std::invalid_argument);
 }
 
+// backward(..., add_to_dx) adds the input gradient to dx in place: to the bit what a separate
+// backward and add give (the model takes its residual stream's gradient so), masked rows kept,
+// the parameter gradients the same; in float, as the model runs, for every kind and wrapper.
+TEST(Norms, BackwardAddingToDxIsBackwardThenAdd) {
+  auto comm = make_single_communicator();
+  for (const char* kind : {"batch", "power_v", "power", "layer", "rms", "group"})
+    for (int wrapper = 0; wrapper < 3; ++wrapper) {  // none, pre-scaling, ghost statistics
+      NormOptions o = opts(kind, wrapper == 1 ? 2 : 0, 2);
+      if (wrapper == 2) o.stats_rows = 4;
+      o.warmup = 1;
+      SCOPED_TRACE(label(o, true) + (wrapper == 2 ? " ghost" : ""));
+      const int rows = 11, d = 8;
+      ParamStore<float> sa, sb;
+      auto a = make_norm<float>(o, d, sa, "n", comm.get());
+      auto b = make_norm<float>(o, d, sb, "n", comm.get());
+      sa.allocate(5);
+      sb.allocate(5);
+      const auto to_float = [](const std::vector<double>& v) {
+        return std::vector<float>(v.begin(), v.end());
+      };
+      std::vector<uint8_t> mask(rows, 1);
+      mask[2] = mask[7] = 0;
+      const auto stream = to_float(randn(size_t(rows) * d, 90, 3.0));
+      for (int it = 0; it < 3; ++it) {  // past PN's warmup: its running state in dx
+        const auto x = to_float(randn(size_t(rows) * d, 91 + it, 2.0, 1.0));
+        const auto dy = to_float(randn(size_t(rows) * d, 95 + it));
+        std::vector<float> y(size_t(rows) * d), dx(size_t(rows) * d), added = stream;
+        a->forward(x.data(), mask.data(), rows, y.data(), true);
+        b->forward(x.data(), mask.data(), rows, y.data(), true);
+        a->backward(x.data(), dy.data(), mask.data(), rows, dx.data());
+        b->backward(x.data(), dy.data(), mask.data(), rows, added.data(), true);
+        std::vector<float> want = stream;
+        for (size_t i = 0; i < want.size(); ++i) want[i] += dx[i];
+        ASSERT_EQ(added, want) << "iteration " << it;
+        for (int c = 0; c < d; ++c) EXPECT_EQ(added[7 * d + c], stream[7 * d + c]);
+        EXPECT_EQ(sa.grad, sb.grad);
+      }
+    }
+}
+
 // Runs `iters` masked training iterations of kind and its twin and expects identical results.
 TEST(Norms, SyncLayersEqualLocalTwinsUnderOneRank) {
   auto comm = make_single_communicator();

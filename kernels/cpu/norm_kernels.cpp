@@ -356,7 +356,7 @@ void column_affine(const T* x, int rows, int d, const double* shift, const doubl
 template <class T>
 void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
                           const double* shift, const double* scale, const T* gamma,
-                          const double* a, const double* b, T* dx) {
+                          const double* a, const double* b, T* dx, bool add_to_dx) {
   // With u = x - shf (shf = T(shift), e = shift - shf): xh = (u - e) * scale and
   // dx = scale (gamma dy - a - b xh) = P dy + Q u + R,
   // P = scale gamma, Q = -scale^2 b, R = scale (b scale e - a).
@@ -376,13 +376,18 @@ void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows
   for (int r = 0; r < rows; ++r) {
     T* dxr = dx + size_t(r) * d;
     if (!live(mask, r)) {
-      std::fill(dxr, dxr + d, T(0));
+      if (!add_to_dx) std::fill(dxr, dxr + d, T(0));
       continue;
     }
     const T* xr = x + size_t(r) * d;
     const T* dyr = dy + size_t(r) * d;
+    if (add_to_dx) {
 #pragma omp simd
-    for (int c = 0; c < d; ++c) dxr[c] = P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
+      for (int c = 0; c < d; ++c) dxr[c] += P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < d; ++c) dxr[c] = P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
+    }
   }
 }
 
@@ -417,7 +422,8 @@ void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* ga
 
 template <class T>
 void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamma,
-                           const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma) {
+                           const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma,
+                           bool add_to_dx) {
   const int m = d / G;
   const int nch = nchunks(rows);
   T* ones = nullptr;
@@ -435,7 +441,7 @@ void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamm
     for (int r = ch * kRowChunk; r < r1; ++r) {
       T* dxr = dx + size_t(r) * d;
       if (!live(mask, r)) {
-        std::fill(dxr, dxr + d, T(0));
+        if (!add_to_dx) std::fill(dxr, dxr + d, T(0));
         continue;
       }
       for (int j = 0; j < G; ++j) {
@@ -451,15 +457,15 @@ void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamm
           T* pgj = pg + size_t(j) * m;
 #pragma omp simd
           for (int c = 0; c < m; ++c) {
-            const T xh = xr[c] * ri;
-            dxg[c] = ri * (gj[c] * dyr[c] - xh * mgx);
+            const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
+            dxg[c] = add_to_dx ? dxg[c] + v : v;
             pgj[c] += dyr[c] * xh;
           }
         } else {
 #pragma omp simd
           for (int c = 0; c < m; ++c) {
-            const T xh = xr[c] * ri;
-            dxg[c] = ri * (gj[c] * dyr[c] - xh * mgx);
+            const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
+            dxg[c] = add_to_dx ? dxg[c] + v : v;
           }
         }
       }
@@ -499,7 +505,7 @@ void rowgroup_norm_forward(const T* x, int rows, int d, int G, T eps, const T* g
 template <class T>
 void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rstd,
                             const T* gamma, const uint8_t* mask, int rows, int d, int G, T* dx,
-                            T* dgamma, T* dbeta) {
+                            T* dgamma, T* dbeta, bool add_to_dx) {
   const int m = d / G;
   const int nch = nchunks(rows);
   T* part = scratch<T>(1, size_t(nch) * 2 * d);  // per chunk: [sum dy * xh | sum dy]
@@ -512,7 +518,7 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
     for (int r = ch * kRowChunk; r < r1; ++r) {
       T* dxr = dx + size_t(r) * d;
       if (!live(mask, r)) {
-        std::fill(dxr, dxr + d, T(0));
+        if (!add_to_dx) std::fill(dxr, dxr + d, T(0));
         continue;
       }
       for (int j = 0; j < G; ++j) {
@@ -529,8 +535,8 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
         T* pbj = pb + size_t(j) * m;
 #pragma omp simd
         for (int c = 0; c < m; ++c) {
-          const T xh = (xr[c] - mu) * rs;
-          dxg[c] = rs * (gj[c] * dyr[c] - mg - xh * mgx);
+          const T xh = (xr[c] - mu) * rs, v = rs * (gj[c] * dyr[c] - mg - xh * mgx);
+          dxg[c] = add_to_dx ? dxg[c] + v : v;
           pgj[c] += dyr[c] * xh;
           pbj[c] += dyr[c];
         }

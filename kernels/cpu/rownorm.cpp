@@ -16,8 +16,10 @@ void layernorm_forward(const T* x, int rows, int d, const T* gamma, const T* bet
 
 template <class T>
 void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, const T* gamma,
-                        const uint8_t* mask, int rows, int d, T* dx, T* dgamma, T* dbeta) {
-  rowgroup_norm_backward<T>(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta);
+                        const uint8_t* mask, int rows, int d, T* dx, T* dgamma, T* dbeta,
+                        bool add_to_dx) {
+  rowgroup_norm_backward<T>(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta,
+                            add_to_dx);
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

@@ -31,6 +31,12 @@ __device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float
     y[i] = v;
 }
 
+// An input gradient: dx[i] = v, or dx[i] += v (add: the residual stream's gradient taken in
+// place, rounded as a separate add would round it).
+__device__ __forceinline__ void put_grad(float* dx, size_t i, float v, bool add) {
+  dx[i] = add ? __fadd_rn(dx[i], v) : v;
+}
+
 // ---- column statistics ----------------------------------------------------------------------
 struct StatsOp {  // v0 = x - shift_c, v1 = v0^2
   const float* x;
@@ -110,17 +116,18 @@ __global__ void backward_coeffs_kernel(int d, const double* shift, const double*
   co[3 * d + c] = sf;
 }
 __global__ void backward_apply_kernel(const float* x, const float* dy, const uint8_t* mask,
-                                      int rows, int d, const float* co, float* dx) {
+                                      int rows, int d, const float* co, float* dx, bool add) {
   const int c = blockIdx.x * kColTile + threadIdx.x;
   if (c >= d) return;
   const float P = co[c], Q = co[d + c], R = co[2 * d + c], S = co[3 * d + c];
   for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
     const size_t i = size_t(r) * d + c;
     if (!live(mask, r)) {
-      dx[i] = 0.f;
+      if (!add) dx[i] = 0.f;
       continue;
     }
-    dx[i] = __fadd_rn(__fadd_rn(__fmul_rn(P, dy[i]), __fmul_rn(Q, __fsub_rn(x[i], S))), R);
+    put_grad(dx, i, __fadd_rn(__fadd_rn(__fmul_rn(P, dy[i]), __fmul_rn(Q, __fsub_rn(x[i], S))), R),
+             add);
   }
 }
 
@@ -226,7 +233,7 @@ template <bool kRms, int KMAX>
 __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const float* mean,
                                          const float* stat, const float* gamma, const uint8_t* mask,
                                          int rows, int d, int G, int row_step, float* dx,
-                                         double* part) {
+                                         bool add, double* part) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = d / G, K = lane_slots<KMAX>(m);
   const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
   const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
@@ -234,7 +241,8 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
   for (int r = rb * kRowWarps + warp; r < rows; r += row_step) {
     const size_t off = size_t(r) * d + size_t(j) * m;
     if (!live(mask, r)) {
-      for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
+      if (!add)
+        for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
       continue;
     }
     const size_t u = size_t(r) * G + j;
@@ -242,32 +250,34 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
     const auto xhat = [&](float a) {
       return kRms ? __fmul_rn(a, rs) : __fmul_rn(__fsub_rn(a, mu), rs);
     };
-    double sg = 0, sgx = 0;
+    // f(k, c, dy, xh, g) over the lane's values of the row (the second time from L1 or L2)
+    const auto each = [&](auto&& f) {
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int c = lane + 32 * k;
-      if (c >= m) continue;
-      const float dyc = dy[off + c], xh = xhat(x[off + c]);
-      const float g = gj ? __fmul_rn(gj[c], dyc) : dyc;
+      for (int k = 0; k < K; ++k) {
+        const int c = lane + 32 * k;
+        if (c >= m) continue;
+        const float dyc = dy[off + c];
+        f(k, c, dyc, xhat(x[off + c]), gj ? __fmul_rn(gj[c], dyc) : dyc);
+      }
+    };
+    double sg = 0, sgx = 0;
+    each([&](int k, int, float dyc, float xh, float g) {
       sg += double(g);
       sgx += double(__fmul_rn(g, xh));
       if constexpr (KMAX > 0) {
         pg[k] = __fadd_rn(pg[k], __fmul_rn(dyc, xh));
         pb[k] = __fadd_rn(pb[k], dyc);
       }
-    }
+    });
     if (!kRms) sg = warp_sum(sg);
     sgx = warp_sum(sgx);
     const float mg = float(sg / m), mgx = float(sgx / m);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int c = lane + 32 * k;
-      if (c >= m) continue;
-      const float dyc = dy[off + c], xh = xhat(x[off + c]);
-      const float g = gj ? __fmul_rn(gj[c], dyc) : dyc;
-      dx[off + c] = kRms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mgx)))
-                         : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
-    }
+    each([&](int, int c, float, float xh, float g) {
+      put_grad(dx, off + c,
+               kRms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mgx)))
+                    : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx))),
+               add);
+    });
   }
   if constexpr (KMAX > 0) {
     if (!part) return;  // uniform over the block: no barrier is skipped by some threads only
@@ -341,7 +351,7 @@ constexpr int kGradBlocks = 256;
 template <bool kRms>
 void rowgroup_backward(const float* x, const float* dy, const float* mean, const float* stat,
                        const float* gamma, const uint8_t* mask, int rows, int d, int G, float* dx,
-                       float* dgamma, float* dbeta, cudaStream_t s) {
+                       float* dgamma, float* dbeta, bool add, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   const int m = d / G;
   const int rb = std::max(1, std::min((rows + kRowWarps - 1) / kRowWarps, kGradBlocks / G));
@@ -350,7 +360,7 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
   with_held_slots(m, [&](auto held) {
     PN_LAUNCH((rowgroup_backward_kernel<kRms, decltype(held)::value>), unsigned(rb) * G,
               kRowWarps * 32, 0, s)(x, dy, mean, stat, gamma, mask, rows, d, G, rb * kRowWarps,
-                                    dx, part);
+                                    dx, add, part);
     PN_LAUNCHED();
   });
   if (fused) {
@@ -392,14 +402,15 @@ void column_affine(const float* x, int rows, int d, const double* shift, const d
 
 void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
                           const double* shift, const double* scale, const float* gamma,
-                          const double* a, const double* b, float* dx, cudaStream_t s) {
+                          const double* a, const double* b, float* dx, bool add_to_dx,
+                          cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
   PN_LAUNCH(backward_coeffs_kernel, col_blocks(d), kThreads, 0, s)(
       d, shift, scale, gamma, a, b, co);
   PN_LAUNCHED();
   PN_LAUNCH(backward_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
-      x, dy, mask, rows, d, co, dx);
+      x, dy, mask, rows, d, co, dx, add_to_dx);
   PN_LAUNCHED();
 }
 
@@ -410,8 +421,9 @@ void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, con
 
 void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, const float* gamma,
                            const uint8_t* mask, int rows, int d, int G, float* dx, float* dgamma,
-                           cudaStream_t s) {
-  rowgroup_backward<true>(x, dy, nullptr, rinv, gamma, mask, rows, d, G, dx, dgamma, nullptr, s);
+                           bool add_to_dx, cudaStream_t s) {
+  rowgroup_backward<true>(x, dy, nullptr, rinv, gamma, mask, rows, d, G, dx, dgamma, nullptr,
+                          add_to_dx, s);
 }
 
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
@@ -422,8 +434,10 @@ void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, co
 
 void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                             const float* gamma, const uint8_t* mask, int rows, int d, int G,
-                            float* dx, float* dgamma, float* dbeta, cudaStream_t s) {
-  rowgroup_backward<false>(x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma, dbeta, s);
+                            float* dx, float* dgamma, float* dbeta, bool add_to_dx,
+                            cudaStream_t s) {
+  rowgroup_backward<false>(x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma, dbeta,
+                           add_to_dx, s);
 }
 
 void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
@@ -434,8 +448,9 @@ void layernorm_forward(const float* x, int rows, int d, const float* gamma, cons
 
 void layernorm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                         const float* gamma, const uint8_t* mask, int rows, int d, float* dx,
-                        float* dgamma, float* dbeta, cudaStream_t s) {
-  rowgroup_norm_backward(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta, s);
+                        float* dgamma, float* dbeta, bool add_to_dx, cudaStream_t s) {
+  rowgroup_norm_backward(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta, add_to_dx,
+                         s);
 }
 
 }  // namespace pn::cuda

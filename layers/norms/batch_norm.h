@@ -38,7 +38,8 @@ struct BatchNorm : Norm<T> {
   bool synchronized() const override { return comm != nullptr; }
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                uint16_t* y16 = nullptr) override;
-  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                bool add_to_dx = false) override;
   std::vector<StateTensor> state() override;
   void save_forward(Buf<double>* saved) override;
   void load_forward(const Buf<double>& saved) override;

@@ -25,7 +25,8 @@ struct GhostStats final : Norm<T> {
   GhostStats(std::unique_ptr<Norm<T>> inner, const NormOptions& o, int dim);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                uint16_t* y16 = nullptr) override;
-  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                bool add_to_dx = false) override;
   std::vector<StateTensor> state() override { return inner->state(); }
   bool synchronized() const override { return inner->synchronized(); }
   Norm<T>* probed() override { return inner->probed(); }

@@ -26,9 +26,10 @@ void GroupNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 }
 
 template <class T>
-void GroupNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+void GroupNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                            bool add_to_dx) {
   k::rowgroup_norm_backward<T>(x, dy, mean.data(), rstd.data(), store->p(gamma), mask, rows, d,
-                               groups, dx, store->g(gamma), store->g(beta));
+                               groups, dx, store->g(gamma), store->g(beta), add_to_dx);
 }
 
 template struct GroupNorm<float>;

@@ -21,7 +21,8 @@ struct GroupNorm final : Norm<T> {
   GroupNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                uint16_t* y16 = nullptr) override;
-  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) override;
+  void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                bool add_to_dx = false) override;
 };
 
 }  // namespace pn

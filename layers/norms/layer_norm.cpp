@@ -21,9 +21,10 @@ void LayerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 }
 
 template <class T>
-void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                            bool add_to_dx) {
   k::layernorm_backward<T>(x, dy, mean.data(), rstd.data(), store->p(gamma), mask, rows, d, dx,
-                           store->g(gamma), store->g(beta));
+                           store->g(gamma), store->g(beta), add_to_dx);
 }
 
 template struct LayerNorm<float>;

@@ -97,8 +97,10 @@ struct Norm {
   // y is written only as its bf16 rounding there, by the kernel that makes it (y may be null).
   virtual void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                        uint16_t* y16 = nullptr) = 0;
-  // dx overwritten; dgamma/dbeta accumulate into the ParamStore's gradient buffer.
-  virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) = 0;
+  // dx = the input gradient, or dx += it with add_to_dx (a residual stream's gradient, taken in
+  // place by the kernel); dgamma/dbeta accumulate into the ParamStore's gradient buffer.
+  virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                        bool add_to_dx = false) = 0;
   // Running state (empty for layer/rms/group), for checkpoints and pnnorm.
   virtual std::vector<StateTensor> state() { return {}; }
   // True when the layer all-reduces statistics (every rank must call forward/backward).

@@ -46,7 +46,8 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 }
 
 template <class T>
-void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                            bool add_to_dx) {
   const double* count = stats.data();
   psi_backward_sums<T>(x, dy, mask, rows, d, count, inv_s.data(), *store, gamma, beta, comm,
                        &sums, &g_xh);
@@ -57,7 +58,7 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     k::pn_authors_coeffs(count, sum_x2.data(), nu.data(), inv_s.data(), d, eps, alpha_bkw,
                          inv_s_b.data(), nu_coef.data());
     k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s_b.data(), gm, nullptr,
-                               nu_coef.data(), dx);
+                               nu_coef.data(), dx, add_to_dx);
     if (this->probe)  // the nu term of dx: inv_s_B (1 - alpha_bkw) nu xh
       this->probe_values.emplace_back(
           "g_psi2",
@@ -68,7 +69,7 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   // dx with the nu of before this iteration (all rows masked when the count is 0: dx = 0),
   // then the nu update.
   k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
-                             nu.data(), dx);
+                             nu.data(), dx, add_to_dx);
   if (this->probe)  // PN's counterpart of g_psi2: inv_s * nu * xh
     this->probe_values.emplace_back(
         "g_psi2", probe_xh_part(x, mask, rows, d, nullptr, inv_s.data(), nu.data(), count));

@@ -26,11 +26,12 @@ void Prescaled<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 }
 
 template <class T>
-void Prescaled<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+void Prescaled<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                            bool add_to_dx) {
   dz.resize(size_t(rows) * d);
   inner->backward(z.data(), dy, mask, rows, dz.data());
   k::rowgroup_rms_backward<T>(x, dz.data(), rinv.data(), nullptr, mask, rows, d, groups, dx,
-                              nullptr);
+                              nullptr, add_to_dx);
 }
 
 template struct Prescaled<float>;

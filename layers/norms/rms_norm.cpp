@@ -18,9 +18,10 @@ void RmsNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool t
 }
 
 template <class T>
-void RmsNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx) {
+void RmsNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
+                          bool add_to_dx) {
   k::rowgroup_rms_backward<T>(x, dy, rinv.data(), store->p(gamma), mask, rows, d, 1, dx,
-                              store->g(gamma));
+                              store->g(gamma), add_to_dx);
 }
 
 template struct RmsNorm<float>;

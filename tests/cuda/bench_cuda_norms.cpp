@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
                                                 y.data(), nullptr, mean.data(), rstd.data(), s);
                         cuda::layernorm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
                                                  gamma.data(), mask.data(), rows, d, dx.data(),
-                                                 dgamma.data(), dbeta.data(), s);
+                                                 dgamma.data(), dbeta.data(), false, s);
                       },
                       iters, s));
   report("rms", time_ms(
@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
                                                  y.data(), nullptr, rstd.data(), s);
                       cuda::rowgroup_rms_backward(x.data(), dy.data(), rstd.data(), gamma.data(),
                                                   mask.data(), rows, d, 1, dx.data(), dgamma.data(),
-                                                  s);
+                                                  false, s);
                     },
                     iters, s));
   report("group8", time_ms(
@@ -107,7 +107,8 @@ int main(int argc, char** argv) {
                                                      rstd.data(), s);
                          cuda::rowgroup_norm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
                                                       gamma.data(), mask.data(), rows, d, 8,
-                                                      dx.data(), dgamma.data(), dbeta.data(), s);
+                                                      dx.data(), dgamma.data(), dbeta.data(), false,
+                                                      s);
                        },
                        iters, s));
   for (const char* kind : {"batch", "power_v", "power"}) {

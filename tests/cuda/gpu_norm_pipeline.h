@@ -56,7 +56,7 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
     cuda::batch_backward_coeffs(stats, sums, d, gamma, st.rstd.data(), st.a.data(), st.b.data(),
                                 stream);
     cuda::column_norm_backward(x, dy, mask, rows, d, st.mean.data(), st.rstd.data(), gamma,
-                               st.a.data(), st.b.data(), dx, stream);
+                               st.a.data(), st.b.data(), dx, false, stream);
     return;
   }
   cuda::column_stats(x, mask, rows, d, nullptr, stats, nullptr, stats + 1, stream);
@@ -75,10 +75,10 @@ inline void gpu_step(const std::string& kind, const NormOptions& o, GpuNormState
   if (kind == "power_v") {
     cuda::mean_over_count(stats, st.g_xh.data(), d, st.b.data(), stream);
     cuda::column_norm_backward(x, dy, mask, rows, d, nullptr, st.inv_s.data(), gamma, nullptr,
-                               st.b.data(), dx, stream);
+                               st.b.data(), dx, false, stream);
   } else {
     cuda::column_norm_backward(x, dy, mask, rows, d, nullptr, st.inv_s.data(), gamma, nullptr,
-                               st.nu.data(), dx, stream);
+                               st.nu.data(), dx, false, stream);
     cuda::pn_nu_update(stats, st.sum_x2.data(), st.g_xh.data(), st.inv_s.data(), d, o.alpha_bkw,
                        1 - o.alpha_bkw, st.nu.data(), stream);
   }

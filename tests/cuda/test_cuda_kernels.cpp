@@ -789,6 +789,13 @@ std::vector<uint8_t> case_mask(const NormCase& c, uint64_t seed) {
   if (c.masking == 1) return random_mask(c.rows, seed);
   return std::vector<uint8_t>(c.rows, 0);
 }
+// What a backward with add_to_dx must leave: base + the same kernel's dx, to the bit (dx is 0 on
+// masked rows, where base stays).
+std::vector<float> added_to(std::vector<float> base, const std::vector<float>& dx) {
+  for (size_t i = 0; i < base.size(); ++i) base[i] += dx[i];
+  return base;
+}
+
 const NormCase kNormCases[] = {{1, 8, 0},   {37, 48, 1}, {300, 64, 1}, {600, 40, 0},
                                {64, 96, 2}, {0, 16, 0},  {513, 33, 1}};
 // The row kernels also over groups a lane holds 2 to 32 values of, groups of more than 1024 (read
@@ -871,11 +878,19 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
       std::vector<float> gx(n);
       k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), c.rows, c.d,
                                      full ? shift.data() : nullptr, scale.data(), gamma.data(),
-                                     full ? a.data() : nullptr, b.data(), gx.data());
+                                     full ? a.data() : nullptr, b.data(), gx.data(), false);
       cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), c.rows, c.d,
                                  full ? dshift.data() : nullptr, dscale.data(), dgamma.data(),
-                                 full ? da.data() : nullptr, dbb.data(), dout.data(), kStream);
+                                 full ? da.data() : nullptr, dbb.data(), dout.data(), false,
+                                 kStream);
       expect_close("column_norm_backward", dout.download(), gx, 1e-6, 1e-6);
+      const auto base = randf(n, 28, 3.f);
+      DBuf<float> dsum(base);
+      cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), c.rows, c.d,
+                                 full ? dshift.data() : nullptr, dscale.data(), dgamma.data(),
+                                 full ? da.data() : nullptr, dbb.data(), dsum.data(), true,
+                                 kStream);
+      EXPECT_EQ(dsum.download(), added_to(base, dout.download()));
     }
   }
 }
@@ -904,17 +919,26 @@ TEST(CudaNormKernels, RowGroupRms) {
         k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(), nullptr,
                                        rinv.data());
         k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(), c.rows,
-                                        c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr);
+                                        c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr,
+                                        false);
         cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
                                    with_gamma ? dgm.data() : nullptr, dy_out.data(), nullptr,
                                    drinv.data(), kStream);
         cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
                                     with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
-                                    ddx.data(), with_gamma ? ddgamma.data() : nullptr, kStream);
+                                    ddx.data(), with_gamma ? ddgamma.data() : nullptr, false,
+                                    kStream);
         expect_close("rms rinv", drinv.download(), rinv, 1e-6, 0);
         expect_close("rms y", dy_out.download(), y, 1e-6, 1e-6);
         expect_close("rms dx", ddx.download(), gx, 1e-5, 1e-6);
         expect_close("rms dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
+        const auto base = randf(n, 35, 3.f);
+        DBuf<float> dsum(base);
+        cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
+                                    with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
+                                    dsum.data(), with_gamma ? ddgamma.data() : nullptr, true,
+                                    kStream);
+        EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
       }
     }
 }
@@ -940,23 +964,23 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
                                     y.data(), nullptr, mean.data(), rstd.data());
         k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
                                      mask.data(), c.rows, c.d, gx.data(), dgamma.data(),
-                                     dbeta.data());
+                                     dbeta.data(), false);
         cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
                                 nullptr, dmean.data(), drstd.data(), kStream);
         cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                  dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(),
-                                 ddbeta.data(), kStream);
+                                 ddbeta.data(), false, kStream);
       } else {
         k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(), beta.data(),
                                         y.data(), nullptr, mean.data(), rstd.data());
         k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(),
                                          gamma.data(), mask.data(), c.rows, c.d, G, gx.data(),
-                                         dgamma.data(), dbeta.data());
+                                         dgamma.data(), dbeta.data(), false);
         cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
                                     dyo.data(), nullptr, dmean.data(), drstd.data(), kStream);
         cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                      dmask.data(), c.rows, c.d, G, ddx.data(), ddgamma.data(),
-                                     ddbeta.data(), kStream);
+                                     ddbeta.data(), false, kStream);
       }
       expect_close("norm mean", dmean.download(), mean, 1e-6, 1e-6);
       expect_close("norm rstd", drstd.download(), rstd, 1e-5, 0);
@@ -964,6 +988,13 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
       expect_close("norm dx", ddx.download(), gx, 1e-4, 1e-5);
       expect_close("norm dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
       expect_close("norm dbeta", ddbeta.download(), dbeta, 1e-5, grad_atol(c.rows));
+      // dx += in place (the residual stream's gradient), parameter gradients on the way
+      const auto base = randf(n, 47, 3.f);
+      DBuf<float> dsum(base);
+      cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
+                                   dmask.data(), c.rows, c.d, G, dsum.data(), ddgamma.data(),
+                                   ddbeta.data(), true, kStream);
+      EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
     }
 }
 
@@ -1009,7 +1040,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         cuda::column_affine(dx.data(), rows, d, nullptr, dinv.data(), dgm.data(), dbt.data(),
                             dy_out.data(), nullptr, kStream);
         cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), rows, d, nullptr,
-                                   dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(),
+                                   dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(), false,
                                    kStream);
         cuda::column_dot(ddy.data(), dx.data(), dmask.data(), rows, d, nullptr, dsa.data(),
                          dsab.data(), kStream);
@@ -1020,7 +1051,8 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         k::column_affine<float>(x.data(), rows, d, nullptr, inv.data(), gamma.data(), beta.data(),
                                 y.data(), nullptr);
         k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), rows, d, nullptr,
-                                       inv.data(), gamma.data(), nullptr, st.nu.data(), gx.data());
+                                       inv.data(), gamma.data(), nullptr, st.nu.data(), gx.data(),
+                                       false);
         k::column_dot<float>(dy.data(), x.data(), mask.data(), rows, d, nullptr, sa.data(),
                              sab.data());
       }
