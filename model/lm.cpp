@@ -53,6 +53,9 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
   h->resize(n);
   embed.forward(tokens.data(), rows, batch.seq_len, h->data());
   T* branch = workspace.take(workspace.branch, n);  // each branch's output, added at once
+  // Each residual add is made by the norm that reads its sum (Norm::forward_residual: LN in the
+  // same pass); `pending` is the block whose feed-forward branch is still to be added.
+  const Block* pending = nullptr;
   for (size_t l = 0; l < blocks.size(); ++l) {
     Block& b = blocks[l];
     Buf<T>& next = l + 1 < blocks.size() ? blocks[l + 1].x : h_last;
@@ -60,26 +63,34 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     next.resize(n);
     // The norms write their output's bf16 rounding themselves where that is all that is kept.
     const auto [a, a16] = b.a.begin_either(n);
-    b.norm_self->forward(b.x.data(), mask, rows, a, training, a16);
+    if (pending)
+      b.norm_self->forward_residual(pending->mid.data(), branch,
+                                    drop ? pending->keep_ff.data() : nullptr, p, b.x.data(), mask,
+                                    rows, a, training, a16);
+    else
+      b.norm_self->forward(b.x.data(), mask, rows, a, training, a16);
     b.attn.forward(b.a.x, batch.nseq, batch.seq_len, branch, b.a.x16);
     if (drop) {
       b.keep_attn.resize(n);
       k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
     }
-    k::dropout_add<T>(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p, n,
-                      b.mid.data());
     const auto [ff_in, ff_in16] = b.b.begin_either(n);
-    b.norm_ff->forward(b.mid.data(), mask, rows, ff_in, training, ff_in16);
+    b.norm_ff->forward_residual(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p,
+                                b.mid.data(), mask, rows, ff_in, training, ff_in16);
     b.ff.forward(b.b.x, rows, branch, b.b.x16);
     if (drop) {
       b.keep_ff.resize(n);
       k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
     }
-    k::dropout_add<T>(b.mid.data(), branch, drop ? b.keep_ff.data() : nullptr, p, n,
-                      next.data());
+    pending = &b;
   }
   f.resize(n);
-  norm_final->forward(h_last.data(), mask, rows, f.data(), training);
+  if (pending)
+    norm_final->forward_residual(pending->mid.data(), branch,
+                                 drop ? pending->keep_ff.data() : nullptr, p, h_last.data(), mask,
+                                 rows, f.data(), training);
+  else
+    norm_final->forward(h_last.data(), mask, rows, f.data(), training);
   logits.resize(size_t(rows) * embed.logits_ld());
   embed.output_forward(f.data(), rows, logits.data(), embed.logits_ld());
 }

@@ -15,6 +15,14 @@ void layernorm_forward(const T* x, int rows, int d, const T* gamma, const T* bet
 }
 
 template <class T>
+void residual_layernorm_forward(const T* a, const T* b, const uint8_t* keep, float p, int rows,
+                                int d, const T* gamma, const T* beta, T eps, T* sum, T* y,
+                                uint16_t* y16, T* mean, T* rstd) {
+  dropout_add<T>(a, b, keep, p, size_t(rows) * size_t(d > 0 ? d : 0), sum);
+  layernorm_forward<T>(sum, rows, d, gamma, beta, eps, y, y16, mean, rstd);
+}
+
+template <class T>
 void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, const T* gamma,
                         const uint8_t* mask, int rows, int d, T* dx, T* dgamma, T* dbeta,
                         bool add_to_dx) {

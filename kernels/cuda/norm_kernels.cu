@@ -160,23 +160,36 @@ __device__ __forceinline__ float held_or_read(const Held<KMAX>& v, const float* 
 // Forward of a row group, kRms: rinv = 1/sqrt(mean x^2 + eps), y = x rinv gamma (stat = rinv).
 // Otherwise: mu, var over the group (deviations from the float mean squared in float, summed in
 // double, the offset mu - float(mu) removed after, as the CPU); xh = (x - mu) rstd; y = gamma xh +
-// beta (stat = rstd, mean = float(mu)). With KMAX > 0 x is read once.
+// beta (stat = rstd, mean = float(mu)). With KMAX > 0 x is read once. With res.branch the group
+// normalized is x + dropout(branch), rounded as dropout_add rounds it, and written to res.sum.
+struct ResidualIn {
+  const float* branch;  // null: normalize x itself
+  const uint8_t* keep;  // null: no dropout
+  float scale;          // 1 / (1 - p)
+  float* sum;
+};
 template <bool kRms, int KMAX>
-__global__ void rowgroup_forward_kernel(const float* x, int rows, int d, int G, float eps,
-                                        const float* gamma, const float* beta, float* y,
-                                        uint16_t* y16, float* mean, float* stat) {
+__global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows, int d, int G,
+                                        float eps, const float* gamma, const float* beta,
+                                        float* y, uint16_t* y16, float* mean, float* stat) {
   const long long w = warp_unit();
   if (w >= (long long)rows * G) return;
   const int lane = threadIdx.x & 31, m = d / G, j = int(w % G), K = lane_slots<KMAX>(m);
   const size_t off = size_t(w / G) * d + size_t(j) * m;
-  const float* xr = x + off;
+  const float* xr = (res.branch ? res.sum : x) + off;  // what the later passes read (KMAX 0)
   Held<KMAX> v;
   double s1 = 0;
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int c = lane + 32 * k;
     if (c >= m) continue;
-    const float a = xr[c];
+    const size_t i = off + c;
+    float a = x[i];
+    if (res.branch) {
+      a = __fadd_rn(a, res.keep ? (res.keep[i] ? __fmul_rn(res.branch[i], res.scale) : 0.f)
+                                : res.branch[i]);
+      res.sum[i] = a;
+    }
     if constexpr (KMAX > 0) v[k] = a;
     s1 += kRms ? double(__fmul_rn(a, a)) : double(a);
   }
@@ -333,14 +346,14 @@ void with_held_slots(int m, F&& f) {  // f(std::integral_constant<int, KMAX>)
 }
 
 template <bool kRms>
-void rowgroup_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
-                      const float* beta, float* y, uint16_t* y16, float* mean, float* stat,
-                      cudaStream_t s) {
+void rowgroup_forward(const float* x, ResidualIn res, int rows, int d, int G, float eps,
+                      const float* gamma, const float* beta, float* y, uint16_t* y16, float* mean,
+                      float* stat, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   with_held_slots(d / G, [&](auto held) {
     PN_LAUNCH((rowgroup_forward_kernel<kRms, decltype(held)::value>),
-              warp_blocks((long long)rows * G), kThreads, 0, s)(x, rows, d, G, eps, gamma, beta,
-                                                               y, y16, mean, stat);
+              warp_blocks((long long)rows * G), kThreads, 0, s)(x, res, rows, d, G, eps, gamma,
+                                                               beta, y, y16, mean, stat);
     PN_LAUNCHED();
   });
 }
@@ -416,7 +429,8 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                           float* y, uint16_t* y16, float* rinv, cudaStream_t s) {
-  rowgroup_forward<true>(x, rows, d, G, eps, gamma, nullptr, y, y16, nullptr, rinv, s);
+  rowgroup_forward<true>(x, ResidualIn{}, rows, d, G, eps, gamma, nullptr, y, y16, nullptr, rinv,
+                         s);
 }
 
 void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, const float* gamma,
@@ -429,7 +443,7 @@ void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, c
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
                            const float* beta, float* y, uint16_t* y16, float* mean, float* rstd,
                            cudaStream_t s) {
-  rowgroup_forward<false>(x, rows, d, G, eps, gamma, beta, y, y16, mean, rstd, s);
+  rowgroup_forward<false>(x, ResidualIn{}, rows, d, G, eps, gamma, beta, y, y16, mean, rstd, s);
 }
 
 void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
@@ -444,6 +458,14 @@ void layernorm_forward(const float* x, int rows, int d, const float* gamma, cons
                        float eps, float* y, uint16_t* y16, float* mean, float* rstd,
                        cudaStream_t s) {
   rowgroup_norm_forward(x, rows, d, 1, eps, gamma, beta, y, y16, mean, rstd, s);
+}
+
+void residual_layernorm_forward(const float* a, const float* b, const uint8_t* keep, float p,
+                                int rows, int d, const float* gamma, const float* beta, float eps,
+                                float* sum, float* y, uint16_t* y16, float* mean, float* rstd,
+                                cudaStream_t s) {
+  rowgroup_forward<false>(a, ResidualIn{b, keep, 1.f / (1.f - p), sum}, rows, d, 1, eps, gamma,
+                          beta, y, y16, mean, rstd, s);
 }
 
 void layernorm_backward(const float* x, const float* dy, const float* mean, const float* rstd,

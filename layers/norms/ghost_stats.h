@@ -27,6 +27,7 @@ struct GhostStats final : Norm<T> {
                uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
+  int width() const override { return d; }
   std::vector<StateTensor> state() override { return inner->state(); }
   bool synchronized() const override { return inner->synchronized(); }
   Norm<T>* probed() override { return inner->probed(); }

@@ -23,6 +23,7 @@ struct GroupNorm final : Norm<T> {
                uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
+  int width() const override { return d; }
 };
 
 }  // namespace pn

@@ -20,6 +20,17 @@ void LayerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
                           rstd.data());
 }
 
+// The residual add and the norm in one kernel: the sum is read once, where it is made.
+template <class T>
+void LayerNorm<T>::forward_residual(const T* a, const T* b, const uint8_t* keep, float p, T* sum,
+                                    const uint8_t* mask, int rows, T* y, bool training,
+                                    uint16_t* y16) {
+  mean.resize(rows);
+  rstd.resize(rows);
+  k::residual_layernorm_forward<T>(a, b, keep, p, rows, d, store->p(gamma), store->p(beta), eps,
+                                   sum, y, y16, mean.data(), rstd.data());
+}
+
 template <class T>
 void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                             bool add_to_dx) {

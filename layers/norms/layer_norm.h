@@ -18,8 +18,12 @@ struct LayerNorm final : Norm<T> {
   LayerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name);
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                uint16_t* y16 = nullptr) override;
+  void forward_residual(const T* a, const T* b, const uint8_t* keep, float p, T* sum,
+                        const uint8_t* mask, int rows, T* y, bool training,
+                        uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
+  int width() const override { return d; }
 };
 
 }  // namespace pn

@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "kernels/buffer.h"
+#include "kernels/kernels.h"
 #include "layers/device_allreduce.h"
 #include "layers/params.h"
 
@@ -97,6 +98,16 @@ struct Norm {
   // y is written only as its bf16 rounding there, by the kernel that makes it (y may be null).
   virtual void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                        uint16_t* y16 = nullptr) = 0;
+  // forward of sum = a + dropout(b) (keep null: a + b; the residual add before a pre-norm), with
+  // sum written: as dropout_add and forward, which a norm may do in one pass (LayerNorm does).
+  virtual void forward_residual(const T* a, const T* b, const uint8_t* keep, float p, T* sum,
+                                const uint8_t* mask, int rows, T* y, bool training,
+                                uint16_t* y16 = nullptr) {
+    k::dropout_add<T>(a, b, keep, p, size_t(rows) * size_t(width()), sum);
+    forward(sum, mask, rows, y, training, y16);
+  }
+  // The features a row has (d).
+  virtual int width() const = 0;
   // dx = the input gradient, or dx += it with add_to_dx (a residual stream's gradient, taken in
   // place by the kernel); dgamma/dbeta accumulate into the ParamStore's gradient buffer.
   virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,

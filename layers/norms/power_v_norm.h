@@ -34,6 +34,7 @@ struct PowerVNorm : Norm<T> {
                uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
+  int width() const override { return d; }
   std::vector<StateTensor> state() override;
   void save_forward(Buf<double>* saved) override;
   void load_forward(const Buf<double>& saved) override;

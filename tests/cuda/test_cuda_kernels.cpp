@@ -998,6 +998,52 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
     }
 }
 
+// The residual add made by LayerNorm's kernel (residual_layernorm_forward) is dropout_add then
+// layernorm_forward to the bit: the sum, the output (fp32 or its bf16 rounding) and the
+// statistics, with and without dropout, over groups held in registers and not; and the sum is
+// the CPU's.
+TEST(CudaNormKernels, ResidualLayerNormIsTheAddThenTheNorm) {
+  PN_REQUIRE_GPU();
+  for (const NormCase& c : kRowCases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d));
+    const size_t n = size_t(c.rows) * c.d;
+    const auto a = randf(n, 60, 2.f, 1.f), b = randf(n, 61), gamma = randf(c.d, 62, 0.3f, 1.f),
+               beta = randf(c.d, 63, 0.3f);
+    const auto keep = random_mask(int(n), 64, 0.3);  // a byte per element: 0 dropped
+    DBuf<float> da(a), db(b), dgm(gamma), dbt(beta), sum(n), ref_sum(n), y(n), ref_y(n),
+        mean(c.rows), ref_mean(c.rows), rstd(c.rows), ref_rstd(c.rows);
+    DBuf<uint16_t> y16(n), ref_y16(n);
+    DBuf<uint8_t> dkeep(keep);
+    for (bool drop : {false, true})
+      for (bool bf16 : {false, true}) {
+        SCOPED_TRACE(std::string(drop ? "dropout" : "no dropout") + (bf16 ? ", bf16" : ""));
+        const uint8_t* kp = drop ? dkeep.data() : nullptr;
+        const float p = 0.3f;
+        cuda::dropout_add(da.data(), db.data(), kp, p, n, ref_sum.data(), kStream);
+        cuda::layernorm_forward(ref_sum.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f,
+                                ref_y.data(), bf16 ? ref_y16.data() : nullptr, ref_mean.data(),
+                                ref_rstd.data(), kStream);
+        cuda::residual_layernorm_forward(da.data(), db.data(), kp, p, c.rows, c.d, dgm.data(),
+                                         dbt.data(), 1e-5f, sum.data(), y.data(),
+                                         bf16 ? y16.data() : nullptr, mean.data(), rstd.data(),
+                                         kStream);
+        EXPECT_EQ(sum.download(), ref_sum.download());
+        if (bf16)
+          EXPECT_EQ(y16.download(), ref_y16.download());
+        else
+          EXPECT_EQ(y.download(), ref_y.download());
+        EXPECT_EQ(mean.download(), ref_mean.download());
+        EXPECT_EQ(rstd.download(), ref_rstd.download());
+        std::vector<float> cpu_sum(n), cpu_y(n), cpu_mean(c.rows), cpu_rstd(c.rows);
+        k::residual_layernorm_forward<float>(a.data(), b.data(), drop ? keep.data() : nullptr, p,
+                                             c.rows, c.d, gamma.data(), beta.data(), 1e-5f,
+                                             cpu_sum.data(), cpu_y.data(), nullptr,
+                                             cpu_mean.data(), cpu_rstd.data());
+        EXPECT_EQ(sum.download(), cpu_sum);
+      }
+  }
+}
+
 // One PN training iteration and the next one's running state, composed from the kernels as
 // layers/norms/power_norm.cpp composes the CPU ones (statistics -> state on the host -> affine
 // map -> backward with nu): the GPU kernels give the same psi^2, nu, y and dx.
