@@ -381,12 +381,10 @@ void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows
     }
     const T* xr = x + size_t(r) * d;
     const T* dyr = dy + size_t(r) * d;
-    if (add_to_dx) {
 #pragma omp simd
-      for (int c = 0; c < d; ++c) dxr[c] += P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
-    } else {
-#pragma omp simd
-      for (int c = 0; c < d; ++c) dxr[c] = P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
+    for (int c = 0; c < d; ++c) {
+      const T v = P[c] * dyr[c] + Q[c] * (xr[c] - S[c]) + R[c];
+      dxr[c] = add_to_dx ? dxr[c] + v : v;
     }
   }
 }

@@ -234,6 +234,11 @@ __global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows
   }
 }
 
+// A row group's normalized value: (a - mu) rstd, or a rinv for rms.
+__device__ __forceinline__ float row_xhat(float a, bool rms, float mu, float rs) {
+  return rms ? __fmul_rn(a, rs) : __fmul_rn(__fsub_rn(a, mu), rs);
+}
+
 // Backward of a row group, xh = (x - mu) rstd (kRms: x rinv), g = gamma dy: dx = rstd (g -
 // mean_group g - xh mean_group(g xh)) (kRms: rinv (g - xh mean_group(g xh))); 0 on masked rows.
 // Block b takes group j = b % G of rows b / G * kRowWarps + warp, stepping row_step. With part
@@ -260,9 +265,7 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
     }
     const size_t u = size_t(r) * G + j;
     const float rs = stat[u], mu = kRms ? 0.f : mean[u];
-    const auto xhat = [&](float a) {
-      return kRms ? __fmul_rn(a, rs) : __fmul_rn(__fsub_rn(a, mu), rs);
-    };
+    const auto xhat = [&](float a) { return row_xhat(a, kRms, mu, rs); };
     // f(k, c, dy, xh, g) over the lane's values of the row (the second time from L1 or L2)
     const auto each = [&](auto&& f) {
 #pragma unroll
@@ -319,8 +322,7 @@ struct RowGradOp {  // the unfused path's parameter gradients: v0 = dy xh, v1 = 
   __device__ void operator()(int r, int c, double& v0, double& v1) const {
     const size_t i = size_t(r) * d + c;
     const size_t k = size_t(r) * G + c / m;
-    const float xh =
-        mean ? __fmul_rn(__fsub_rn(x[i], mean[k]), stat[k]) : __fmul_rn(x[i], stat[k]);
+    const float xh = row_xhat(x[i], !mean, mean ? mean[k] : 0.f, stat[k]);
     v0 = double(__fmul_rn(dy[i], xh));
     v1 = double(dy[i]);
   }
