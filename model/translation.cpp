@@ -217,10 +217,13 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   auto ready = [&](size_t begin) {
     if (grads_ready) grads_ready(begin);
   };
-  // branch: y = x + dropout(branch(x)); ga holds dL/dy and becomes dL/dx.
-  auto branch_grad = [&](size_t n, const Buf<uint8_t>& keep) {
-    k::copy<T>(ga, n, df);
-    if (drop) k::dropout_apply<T>(df, keep.data(), n, p);
+  // branch: y = x + dropout(branch(x)); ga holds dL/dy and becomes dL/dx. The branch's output
+  // gradient: without dropout the stream's, read where it is (the branch's backward reads it
+  // before the norm's adds into it); with dropout its masked copy in df.
+  auto branch_grad = [&](size_t n, const Buf<uint8_t>& keep) -> const T* {
+    if (!drop) return ga;
+    k::dropout_copy<T>(ga, keep.data(), p, n, df);
+    return df;
   };
   target_embedding().output_backward(f.data(), logits.data(), g16, rows_t, ld, df);
   dec_norm_final->backward(dec_h.data(), df, tmask, rows_t, ga);
@@ -228,14 +231,12 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   grad_enc.assign(ns, T(0));  // every decoder block's cross-attention adds to it
   for (int l = int(decoder.size()) - 1; l >= 0; --l) {
     DecoderBlock& b = decoder[l];
-    branch_grad(nt, b.keep_ff);
-    b.ff.backward(b.b.data(), df, gb);
+    b.ff.backward(b.b.data(), branch_grad(nt, b.keep_ff), gb);
     b.norm_ff->backward(b.m2.data(), gb, tmask, rows_t, ga, true);
-    branch_grad(nt, b.keep_cross);
-    b.cross_attn.backward(b.c.data(), enc_out.data(), df, gb, grad_enc.data());
+    b.cross_attn.backward(b.c.data(), enc_out.data(), branch_grad(nt, b.keep_cross), gb,
+                          grad_enc.data());
     b.norm_cross->backward(b.m1.data(), gb, tmask, rows_t, ga, true);
-    branch_grad(nt, b.keep_self);
-    b.self_attn.backward(b.a.data(), nullptr, df, gb, nullptr);
+    b.self_attn.backward(b.a.data(), nullptr, branch_grad(nt, b.keep_self), gb, nullptr);
     b.norm_self->backward(b.x.data(), gb, tmask, rows_t, ga, true);
     ready(b.param_begin);
   }
@@ -246,11 +247,9 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   ready(enc_final_begin);
   for (int l = int(encoder.size()) - 1; l >= 0; --l) {
     EncoderBlock& b = encoder[l];
-    branch_grad(ns, b.keep_ff);
-    b.ff.backward(b.b.data(), df, gb);
+    b.ff.backward(b.b.data(), branch_grad(ns, b.keep_ff), gb);
     b.norm_ff->backward(b.mid.data(), gb, smask, rows_s, ga, true);
-    branch_grad(ns, b.keep_attn);
-    b.attn.backward(b.a.data(), nullptr, df, gb, nullptr);
+    b.attn.backward(b.a.data(), nullptr, branch_grad(ns, b.keep_attn), gb, nullptr);
     b.norm_self->backward(b.x.data(), gb, smask, rows_s, ga, true);
     ready(b.param_begin);
   }
