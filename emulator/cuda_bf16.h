@@ -16,6 +16,12 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   return {uint16_t(u >> 16)};
 }
 inline __nv_bfloat16 __float2bfloat16(float f) { return __float2bfloat16_rn(f); }
+struct __nv_bfloat162 {
+  __nv_bfloat16 x, y;
+};
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
+  return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
+}
 inline float __bfloat162float(__nv_bfloat16 h) {
   const uint32_t u = uint32_t(h.__x) << 16;
   float f;

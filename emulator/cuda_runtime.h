@@ -20,6 +20,13 @@
 // Blocks run one at a time, so a function-local static is the running block's shared memory.
 #define __shared__ static
 
+// The 16-byte vector types the kernels load and store whole.
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}

@@ -5,7 +5,7 @@
 //   o = P v;  backward with D_i = sum_c dout_ic o_ic: dP = dout v^T, dS = P (dP - D),
 //   dq = dS k / sqrt(dh), dk = dS^T q / sqrt(dh), dv = P^T dout.
 // Inputs are bf16 as cuDNN's; sums run in double and o, dq, dk, dv are rounded to bf16 once.
-// The shapes cuDNN refuses are refused here too (head sizes not a multiple of 8 or above 128).
+// The shapes cuDNN refuses are refused here too (sdpa_shape_refused).
 #include "kernels/cuda/cudnn_sdpa.h"
 
 #include <cmath>
@@ -47,11 +47,7 @@ void probabilities(const View& q, const View& k, std::vector<double>& P, double*
 
 }  // namespace
 
-std::string sdpa_unsupported(const SdpaShape& s) {
-  if (s.head_dim % 8 || s.head_dim > 128)
-    return "cuDNN's SDPA needs a head size that is a multiple of 8, at most 128";
-  return "";
-}
+std::string sdpa_unsupported(const SdpaShape& s) { return sdpa_shape_refused(s); }
 size_t sdpa_workspace_bytes(const SdpaShape&) { return 256; }
 std::string sdpa_description() { return "the emulation's attention (double sums, bf16 results)"; }
 

@@ -227,6 +227,26 @@ void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_
   bias_grad<T>(dy, rows, out, db);
 }
 
+template <class T>
+void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t* y16, T* dy,
+                          int rows, int in, int out, const T* W, T* dx, T* dW, T* db) {
+  const size_t n = size_t(rows) * out;
+  if constexpr (std::is_same_v<T, float>)
+    if (y16) {
+      relu_backward_round_bf16(y16, dy, n);
+      return linear_backward<T>(x, x16, nullptr, y16, rows, in, out, W, dx, dW, db);
+    }
+  if (current_device() == Device::CUDA) {
+    relu_backward<T>(y, dy, n, dy);
+    return linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, dW, db);
+  }
+  if (db)
+    relu_backward_bias_grad<T>(y, dy, rows, out, db);
+  else
+    relu_backward<T>(y, dy, n, dy);
+  linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, dW, nullptr);
+}
+
 Bf16Copy::Bf16Copy(const float* x, size_t n) {
 #ifdef PN_HAVE_CUDA
   const Context& c = current_context();

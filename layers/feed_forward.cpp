@@ -22,7 +22,9 @@ template <class T>
 void FeedForward<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16) {
   T* dhidden = ws->take(ws->dhidden, size_t(rows) * fc1.out);
   fc2.backward(hidden.saved(), dy, rows, dhidden, hidden.x16);
-  fc1.backward_relu(x, hidden.saved(), dhidden, rows, dx, x16, hidden.x16);
+  // The hidden layer's rounding (fc2's input) is spent: fc1's masked gradient goes over it.
+  fc1.backward_relu(x, hidden.saved(), dhidden, rows, dx, x16,
+                    hidden.x16 ? hidden.half.data() : nullptr);
 }
 
 template struct FeedForward<float>;

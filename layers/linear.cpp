@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 
+
 #include "kernels/kernels.h"
 
 namespace pn {
@@ -27,17 +28,9 @@ void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx, const uint16_
 
 template <class T>
 void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, const uint16_t* x16,
-                              const uint16_t* y16) const {
-  // The ReLU's mask and the bias gradient in one pass over dy, then the GEMMs.
-  T* db = b >= 0 ? store->g(b) : nullptr;
-  if (y16)
-    k::relu_backward_bias_grad_bf16<T>(y16, dy, rows, out, db);
-  else if (db)
-    k::relu_backward_bias_grad<T>(y, dy, rows, out, db);
-  else
-    k::relu_backward<T>(y, dy, size_t(rows) * out, dy);
-  k::linear_backward<T>(x, x16, dy, nullptr, rows, in, out, store->p(w), dx, store->g(w),
-                        nullptr);
+                              uint16_t* y16) const {
+  k::linear_relu_backward<T>(x, x16, y, y16, dy, rows, in, out, store->p(w), dx, store->g(w),
+                             b >= 0 ? store->g(b) : nullptr);
 }
 
 template struct Linear<float>;

@@ -24,11 +24,12 @@ struct Linear {
   // bf16 rounding as its producer wrote it, read instead of dy (dy may then be null).
   void backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16 = nullptr,
                 const uint16_t* dy16 = nullptr) const;
-  // Backward of forward(..., relu = true): y is its output (or y16 its bf16 rounding) and dy the
-  // gradient with respect to y, masked in place by the ReLU in the same pass that takes the bias
-  // gradient.
+  // Backward of forward(..., relu = true): y is its output and dy the gradient with respect to y,
+  // masked in place by the ReLU in the same pass that takes the bias gradient. Where y is kept as
+  // its bf16 rounding y16 instead, the masked gradient's rounding is written over y16 (which the
+  // GEMMs and the bias gradient read; dy is left as it is).
   void backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, const uint16_t* x16 = nullptr,
-                     const uint16_t* y16 = nullptr) const;
+                     uint16_t* y16 = nullptr) const;
 };
 
 }  // namespace pn

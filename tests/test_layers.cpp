@@ -1,5 +1,6 @@
 // Finite-difference checks (double precision) of every layer, and kernel checks.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "comm/communicator.h"
 #include "gradcheck.h"
@@ -213,6 +214,34 @@ TEST(Loss, FloatPathMatchesDoubleOnAWideVocabulary) {
   double max_err = 0;
   for (size_t i = 0; i < gd.size(); ++i) max_err = std::max(max_err, std::abs(zf[i] - gd[i]));
   EXPECT_LT(max_err, 1e-6);
+}
+
+// The loss and the gradient's sum of squares (which clipping reads) are the same to the bit on
+// any number of threads: their sums run in fixed chunks, added in chunk order (an OpenMP
+// reduction adds the threads' sums in the order they finish; three threads or more can change
+// the last bits from run to run).
+TEST(Kernels, LossAndGradientNormDoNotDependOnTheThreads) {
+  const int rows = 4099, V = 37;
+  const auto z = randn(size_t(rows) * V, 31, 3.0);
+  std::vector<int32_t> t(rows);
+  for (int i = 0; i < rows; ++i) t[i] = (i * 7) % V;
+  const auto g = randn(300007, 32, 1.0);
+  const std::vector<float> gf(g.begin(), g.end());
+  auto sums = [&](int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<float> zf(z.begin(), z.end());
+    const auto l = k::softmax_xent<float>(zf.data(), t.data(), nullptr, rows, V, V, 0.1f, 1.0f);
+    double stats[2] = {0, 0};
+    k::grad_stats_acc<float>(gf.data(), gf.size(), stats);
+    omp_set_num_threads(before);
+    return std::vector<double>{l.loss, l.nll, l.ntokens, stats[0], k::sum_squares(gf.data(),
+                                                                                 gf.size())};
+  };
+  const std::vector<double> one = sums(1);
+  EXPECT_EQ(one[2], double(rows));
+  EXPECT_EQ(one[3], one[4]);
+  for (int threads : {2, 3, 5, 8}) EXPECT_EQ(sums(threads), one) << threads << " threads";
 }
 
 TEST(Kernels, FastExpIsWithinTwoUlpOfExp) {

@@ -75,12 +75,12 @@ template <class V> bool relu_positive(V v) { return v > V(0); }
 bool relu_positive(uint16_t bits) { return bits >= 0x0001u && bits <= 0x7f80u; }
 // dy <- dy (y > 0) in place and db += its column sums (db null: no sums). Column blocks per
 // thread, as bias_grad: no two threads write the same db entry.
-template <class Y, class T> void relu_mask_bias_grad(const Y* y, T* dy, int rows, int cols, T* db) {
+template <class T> void relu_mask_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
 #pragma omp parallel for schedule(static) if (size_t(rows) * cols > 65536)
   for (int c0 = 0; c0 < cols; c0 += 64) {
     const int c1 = std::min(cols, c0 + 64);
     for (int r = 0; r < rows; ++r) {
-      const Y* yr = y + size_t(r) * cols;
+      const T* yr = y + size_t(r) * cols;
       T* dr = dy + size_t(r) * cols;
 #pragma omp simd
       for (int c = c0; c < c1; ++c) {
@@ -94,9 +94,9 @@ template <class Y, class T> void relu_mask_bias_grad(const Y* y, T* dy, int rows
 template <class T> void relu_backward_bias_grad(const T* y, T* dy, int rows, int cols, T* db) {
   relu_mask_bias_grad(y, dy, rows, cols, db);
 }
-template <class T>
-void relu_backward_bias_grad_bf16(const uint16_t* y16, T* dy, int rows, int cols, T* db) {
-  relu_mask_bias_grad(y16, dy, rows, cols, db);
+void relu_backward_round_bf16(uint16_t* y16, const float* dy, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y16[i] = bf16_bits(relu_positive(y16[i]) ? dy[i] : 0.f);
 }
 void round_bf16(const float* x, size_t n, uint16_t* y) {
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -190,10 +190,9 @@ void embedding_backward(const int32_t* tok, int rows, const T* dy, int d, T scal
 }
 
 template <class T> double sum_squares(const T* x, size_t n) {
-  double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
+  double sums[2] = {0, 0};  // sum x^2, non-finite count
+  grad_stats_acc<T>(x, n, sums);
+  return sums[0];
 }
 template <class T> bool all_finite(const T* x, size_t n) {
   int bad = 0;

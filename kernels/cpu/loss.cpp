@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/fast_exp.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/ordered_sum.h"
 
 namespace pn::k::cpu {
 
@@ -13,6 +14,7 @@ namespace {
 // Sums in T over blocks of 256 vectorise (a double reduction over float data does not); the
 // blocks are summed in double.
 constexpr int kBlock = 256;
+constexpr size_t kRowChunk = 16;  // rows a loss sum takes in order (ordered_sums)
 
 // sum_j exp(z_j - mx); with kStore, z_j is replaced by exp(z_j - mx) (the training path turns
 // it into the gradient in place, so every element sees one exp). Kept out of line: inlined into
@@ -65,43 +67,35 @@ double row_loss(T* z, int V, int t, T eps, double* loss, double* nll) {
 template <class T>
 LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
                       int ld, T eps, T grad_scale) {
-  double loss = 0, nll = 0, ntok = 0;
   const T eps_i = V > 1 ? eps / T(V - 1) : T(0);
-#pragma omp parallel for reduction(+ : loss, nll, ntok) schedule(static)
-  for (int i = 0; i < rows; ++i) {
-    T* z = logits + size_t(i) * ld;
+  const auto s = ordered_sums<3>(size_t(rows), kRowChunk, [&](size_t i, auto& acc) {
+    T* z = logits + i * ld;
     if (mask && !mask[i]) {
       for (int j = 0; j < ld; ++j) z[j] = T(0);
-      continue;
+      return;
     }
     double l, n;
     const T inv_sum = T(1.0 / row_loss<true>(z, V, target[i], eps, &l, &n));  // z: exp(z - max)
-    loss += l;
-    nll += n;
-    ntok += 1;
+    acc[0] += l, acc[1] += n, acc[2] += 1;
 #pragma omp simd
     for (int j = 0; j < V; ++j) z[j] = grad_scale * (z[j] * inv_sum - eps_i);
     z[target[i]] -= grad_scale * (T(1) - eps - eps_i);
     for (int j = V; j < ld; ++j) z[j] = T(0);  // the padded words: no gradient into the GEMMs
-  }
-  return {loss, nll, ntok};
+  });
+  return {s[0], s[1], s[2]};
 }
 
 template <class T>
 LossSums softmax_xent_eval(const T* logits, const int32_t* target, const uint8_t* mask, int rows,
                            int V, int ld, T eps) {
-  double loss = 0, nll = 0, ntok = 0;
-#pragma omp parallel for reduction(+ : loss, nll, ntok) schedule(static)
-  for (int i = 0; i < rows; ++i) {
-    if (mask && !mask[i]) continue;
+  const auto s = ordered_sums<3>(size_t(rows), kRowChunk, [&](size_t i, auto& acc) {
+    if (mask && !mask[i]) return;
     double l, n;
     // Not written: row_loss<false> only reads.
-    row_loss<false>(const_cast<T*>(logits) + size_t(i) * ld, V, target[i], eps, &l, &n);
-    loss += l;
-    nll += n;
-    ntok += 1;
-  }
-  return {loss, nll, ntok};
+    row_loss<false>(const_cast<T*>(logits) + i * ld, V, target[i], eps, &l, &n);
+    acc[0] += l, acc[1] += n, acc[2] += 1;
+  });
+  return {s[0], s[1], s[2]};
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/float_rounding.h"
+#include "kernels/cpu/ordered_sum.h"
 
 namespace pn::k::cpu {
 
@@ -42,13 +43,11 @@ void softmax_xent_eval_acc(const T* logits, const int32_t* target, const uint8_t
 }
 template <class T>
 void grad_stats_acc(const T* x, size_t n, double* out) {
-  double ss = 0, bad = 0;
-#pragma omp parallel for reduction(+ : ss, bad) schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; ++i) {
-    ss += double(x[i]) * double(x[i]);
-    bad += std::isfinite(x[i]) ? 0.0 : 1.0;
-  }
-  out[0] += ss, out[1] += bad;
+  const auto s = ordered_sums<2>(n, kSumChunk, [&](size_t i, auto& acc) {
+    acc[0] += double(x[i]) * double(x[i]);
+    acc[1] += std::isfinite(x[i]) ? 0.0 : 1.0;
+  });
+  out[0] += s[0], out[1] += s[1];
 }
 
 void batch_absorb(const double* stats, int d, double eps, double alpha, double* running_mean,

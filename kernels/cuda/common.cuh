@@ -146,17 +146,35 @@ __global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int
 __device__ __forceinline__ void store_sum(double* dst, double v) { *dst = v; }
 __device__ __forceinline__ void store_sum(float* dst, double v) { *dst = float(double(*dst) + v); }
 
+// Level 2 in a block per 32 columns: lane ty adds chunks ty, ty + kCombineLanes, ... in order,
+// then the lanes are added in lane order (a fixed order: results repeat to the bit).
+constexpr int kCombineLanes = 16;
 template <class Dst>
 __global__ void column_combine_kernel(const double* part, int nch, int d, Dst* dst0, Dst* dst1) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= d) return;
+  const int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * kColTile + tx;
   double a0 = 0, a1 = 0;
-  for (int ch = 0; ch < nch; ++ch) {
-    a0 += part[(size_t(ch) * 2) * d + c];
-    a1 += part[(size_t(ch) * 2 + 1) * d + c];
+  if (c < d)
+    for (int ch = ty; ch < nch; ch += kCombineLanes) {
+      a0 += part[(size_t(ch) * 2) * d + c];
+      a1 += part[(size_t(ch) * 2 + 1) * d + c];
+    }
+  __shared__ double sh[2][kCombineLanes][kColTile];
+  sh[0][ty][tx] = a0;
+  sh[1][ty][tx] = a1;
+  __syncthreads();
+  Dst* dst = ty == 0 ? dst0 : dst1;
+  if (ty < 2 && c < d && dst) {
+    double acc = 0;
+#pragma unroll
+    for (int l = 0; l < kCombineLanes; ++l) acc += sh[ty][l][tx];
+    store_sum(dst + c, acc);
   }
-  if (dst0) store_sum(dst0 + c, a0);
-  if (dst1) store_sum(dst1 + c, a1);
+}
+template <class Dst>
+void column_combine(const double* part, int nch, int d, Dst* dst0, Dst* dst1, cudaStream_t s) {
+  PN_LAUNCH(column_combine_kernel<Dst>, (d + kColTile - 1) / kColTile,
+            dim3(kColTile, kCombineLanes), 0, s)(part, nch, d, dst0, dst1);
+  PN_LAUNCHED();
 }
 
 // Both levels on stream s. With rows == 0 the double destinations become 0 and the float ones
@@ -173,9 +191,7 @@ void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0
     PN_LAUNCH(column_partials_kernel, grid, block, 0, s)(op, mask, rows, d, part);
     PN_LAUNCHED();
   }
-  PN_LAUNCH(column_combine_kernel, (d + kThreads - 1) / kThreads, kThreads, 0, s)(
-      part, nch, d, dst0, dst1);
-  PN_LAUNCHED();
+  column_combine(part, nch, d, dst0, dst1, s);
 }
 
 }  // namespace pn::cuda

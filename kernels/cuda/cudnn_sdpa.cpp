@@ -176,12 +176,8 @@ Plans& plans_for(const SdpaShape& s) {
   auto it = lib.plans.find(key);
   if (it != lib.plans.end()) return it->second;
   Plans p;
-  if (!lib.missing.empty())
-    p.why = lib.missing;
-  else if (s.head_dim % 8 || s.head_dim > 128)
-    p.why = "cuDNN's SDPA needs a head size that is a multiple of 8, at most 128";
-  else
-    try {
+  p.why = lib.missing.empty() ? sdpa_shape_refused(s) : lib.missing;
+  if (p.why.empty()) try {
       p = make_plans(lib, s);
     } catch (const std::exception& e) {
       p.why = std::string("cuDNN: ") + e.what();

@@ -29,6 +29,15 @@ struct SdpaShape {
 // "" when cuDNN runs this shape's forward and backward on this GPU (the first call per shape
 // loads cuDNN and builds both plans); otherwise why not, in one line.
 std::string sdpa_unsupported(const SdpaShape& s);
+// The shapes cuDNN 9 refuses whatever the GPU, checked before a plan is built (and by the
+// emulation's stand-in alike): "" or why, in one line.
+inline std::string sdpa_shape_refused(const SdpaShape& s) {
+  if (s.head_dim % 8 || s.head_dim > 128)
+    return "cuDNN's SDPA needs a head size that is a multiple of 8, at most 128";
+  if (s.seq_len < 2)  // cuDNN 9.19 on an H200: "s_q = s_kv = 1 is not supported"
+    return "cuDNN's SDPA backward does not take sequences of one token";
+  return "";
+}
 // Device workspace the forward or the backward of this shape needs (after sdpa_unsupported).
 size_t sdpa_workspace_bytes(const SdpaShape& s);
 // The cuDNN library in use and how its backward reduces dq, for the device summary.

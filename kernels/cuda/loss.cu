@@ -4,8 +4,8 @@
 //   eps_i = eps / (V - 1);  loss = (1 - eps - eps_i) nll + eps_i smooth
 //   dloss/dz = softmax(z) - q,  q_j = eps_i + (1 - eps - eps_i) [j == t]   (times grad_scale),
 //   softmax(z)_j = exp(z_j - max) / sum_k exp(z_k - max)
-// Per row: max, then sum exp(z - max) and sum z in double (block reductions in fixed order),
-// then the gradient overwrites the row (in fp32, or as its bf16 rounding where the output GEMMs
+// Per row: max, sum exp(z - max) and sum z in double in one pass (block reductions in fixed
+// order), then the gradient overwrites the row (in fp32, or as its bf16 rounding where the output GEMMs
 // read bf16), its padding [V, ld) set to 0 (the output layer's GEMMs over a padded vocabulary
 // read it). Row losses go to a per-row array that one block sums in
 // row order, so the totals are deterministic. Masked rows contribute nothing and get dz = 0.
@@ -19,10 +19,14 @@
 namespace pn::cuda {
 namespace {
 
-// row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows). The gradient overwrites the row: in
-// fp32, or (kBf16) as its bf16 roundings in the first half of the row's bytes. Value j's two
-// bytes land on value j / 2, so each stretch of blockDim values is read whole before any of it
-// is written, and the stretches go in ascending order.
+// row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows). Two passes over the row: the first
+// takes the max, sum exp(z - max) and sum z together (each thread's sum of exponentials is
+// rescaled when its running max grows, then to the row's max), the second writes the gradient
+// over the row: in fp32, or (kBf16) as its bf16 roundings in the first half of the row's bytes.
+// Value j's two bytes land on value j / 2, so the second pass goes in stages of kStage
+// stretches of blockDim values in ascending order, each read whole (its loads in flight
+// together) before any of its values is written.
+constexpr int kStage = 8;
 template <bool kGrad, bool kBf16>
 __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint8_t* mask, int V,
                                 int ld, float eps, float grad_scale, double* row_out) {
@@ -44,15 +48,17 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
     if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0;
     return;
   }
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, z[j]);
-  mx = block_max(mx, shf);
+  float m = -INFINITY;  // this thread's running max; se: its sum of exp(z - m)
   double se = 0, sz = 0;
+#pragma unroll 4
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    se += double(expf(z[j] - mx));
-    sz += double(z[j]);
+    const float v = z[j];
+    if (v > m) se *= exp(double(m) - double(v)), m = v;
+    se += double(expf(v - m));
+    sz += double(v);
   }
-  se = block_sum(se, shd);
+  const float mx = block_max(m, shf);
+  se = block_sum(m == -INFINITY ? 0.0 : se * exp(double(m) - double(mx)), shd);
   sz = block_sum(sz, shd);
   const int t = target[i];
   const double lse = double(mx) + log(se);
@@ -68,15 +74,23 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum;
   // the padding [V, ld) gets no gradient
   const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
-  for (int j0 = 0; j0 < ld; j0 += blockDim.x) {
-    const int j = j0 + threadIdx.x;
-    float g = 0.f;
-    if (j < V) {
-      g = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
-      if (j == t) g -= grad_scale * (1.f - eps - eps_f);
+  for (int j0 = 0; j0 < ld; j0 += kStage * blockDim.x) {
+    float g[kStage];
+#pragma unroll
+    for (int u = 0; u < kStage; ++u) {
+      const int j = j0 + u * blockDim.x + threadIdx.x;
+      g[u] = 0.f;
+      if (j < V) {
+        g[u] = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
+        if (j == t) g[u] -= grad_scale * (1.f - eps - eps_f);
+      }
     }
-    if (kBf16) __syncthreads();  // the stretch read whole before it is overwritten
-    if (j < ld) put(j, g);
+    if (kBf16) __syncthreads();  // the stage read whole before it is overwritten
+#pragma unroll
+    for (int u = 0; u < kStage; ++u) {
+      const int j = j0 + u * blockDim.x + threadIdx.x;
+      if (j < ld) put(j, g[u]);
+    }
   }
 }
 

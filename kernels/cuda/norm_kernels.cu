@@ -179,6 +179,9 @@ __global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows
   const float* xr = (res.branch ? res.sum : x) + off;  // what the later passes read (KMAX 0)
   Held<KMAX> v;
   double s1 = 0;
+  // With KMAX > 0 the loads come first and the sum is written after them: a store between two
+  // loads (which might alias it, for all the compiler knows) would make each load wait for the
+  // one before, a memory round trip per value.
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int c = lane + 32 * k;
@@ -188,10 +191,16 @@ __global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows
     if (res.branch) {
       a = __fadd_rn(a, res.keep ? (res.keep[i] ? __fmul_rn(res.branch[i], res.scale) : 0.f)
                                 : res.branch[i]);
-      res.sum[i] = a;
+      if constexpr (KMAX == 0) res.sum[i] = a;
     }
     if constexpr (KMAX > 0) v[k] = a;
     s1 += kRms ? double(__fmul_rn(a, a)) : double(a);
+  }
+  if constexpr (KMAX > 0) {
+    if (res.branch)
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        if (lane + 32 * k < m) res.sum[off + lane + 32 * k] = v[k];
   }
   s1 = warp_sum(s1);
   float mf = 0.f, rs;
@@ -214,19 +223,21 @@ __global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows
   }
   const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
   const float* bj = beta ? beta + size_t(j) * m : nullptr;
+  const auto out_of = [&](float a, int c) {
+    if constexpr (kRms)
+      return gj ? __fmul_rn(__fmul_rn(a, rs), gj[c]) : __fmul_rn(a, rs);
+    else
+      return __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(a, mf), rs)), bj[c]);
+  };
+  if constexpr (KMAX > 0) {  // every output (reading gamma and beta) before the first store
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int c = lane + 32 * k;
-    if (c >= m) continue;
-    const float a = held_or_read<KMAX>(v, xr, k, c);
-    float out;
-    if constexpr (kRms) {
-      out = __fmul_rn(a, rs);
-      if (gj) out = __fmul_rn(out, gj[c]);
-    } else {
-      out = __fadd_rn(__fmul_rn(gj[c], __fmul_rn(__fsub_rn(a, mf), rs)), bj[c]);
-    }
-    put_out(y, y16, off + c, out);
+    for (int k = 0; k < K; ++k)
+      if (lane + 32 * k < m) v[k] = out_of(v[k], lane + 32 * k);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      if (lane + 32 * k < m) put_out(y, y16, off + lane + 32 * k, v[k]);
+  } else {
+    for (int c = lane; c < m; c += 32) put_out(y, y16, off + c, out_of(xr[c], c));
   }
   if (lane == 0) {
     if (!kRms) mean[w] = mf;
@@ -246,7 +257,7 @@ __device__ __forceinline__ float row_xhat(float a, bool rms, float mu, float rs)
 // float, as the CPU sums a chunk; the block adds its warps in warp order, in double, into part[(b /
 // G) * 2 + {0, 1}][column], summed by column_combine_kernel. The partition depends on the shape
 // alone: bitwise repeatable.
-constexpr int kRowWarps = 4;
+constexpr int kRowWarps = 8;
 template <bool kRms, int KMAX>
 __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const float* mean,
                                          const float* stat, const float* gamma, const uint8_t* mask,
@@ -288,12 +299,32 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
     if (!kRms) sg = warp_sum(sg);
     sgx = warp_sum(sgx);
     const float mg = float(sg / m), mgx = float(sgx / m);
-    each([&](int, int c, float, float xh, float g) {
-      put_grad(dx, off + c,
-               kRms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mgx)))
-                    : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx))),
-               add);
-    });
+    const auto grad = [&](float xh, float g) {
+      return kRms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mgx)))
+                  : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
+    };
+    if constexpr (KMAX > 0) {
+      // kStage values at a time: their loads (dx's too, when adding) before their stores, so
+      // that the loads of a stage are in flight together (see the forward).
+      constexpr int kStage = KMAX < 8 ? KMAX : 8;
+#pragma unroll
+      for (int k0 = 0; k0 < K; k0 += kStage) {
+        float dxv[kStage] = {};
+#pragma unroll
+        for (int k = k0; k < k0 + kStage; ++k) {
+          const int c = lane + 32 * k;
+          if (c >= m) continue;
+          const float dyc = dy[off + c], g = gj ? __fmul_rn(gj[c], dyc) : dyc;
+          const float v = grad(xhat(x[off + c]), g);
+          dxv[k - k0] = add ? __fadd_rn(dx[off + c], v) : v;
+        }
+#pragma unroll
+        for (int k = k0; k < k0 + kStage; ++k)
+          if (lane + 32 * k < m) dx[off + lane + 32 * k] = dxv[k - k0];
+      }
+    } else {
+      each([&](int, int c, float, float xh, float g) { put_grad(dx, off + c, grad(xh, g), add); });
+    }
   }
   if constexpr (KMAX > 0) {
     if (!part) return;  // uniform over the block: no barrier is skipped by some threads only
@@ -379,9 +410,7 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
     PN_LAUNCHED();
   });
   if (fused) {
-    PN_LAUNCH(column_combine_kernel<float>, (d + kThreads - 1) / kThreads, kThreads, 0, s)(
-        part, rb, d, dgamma, dbeta);
-    PN_LAUNCHED();
+    column_combine(part, rb, d, dgamma, dbeta, s);
   } else if (dgamma || dbeta) {
     column_reduce(RowGradOp{x, dy, mean, stat, d, G, m}, mask, rows, d, dgamma, dbeta, s);
   }

@@ -6,7 +6,9 @@
 # Options: --steps NAME,NAME runs only those steps (to rerun what failed); --budget-s S is the
 # whole check's time (default 570, so that it ends inside a call of ten minutes); --compare
 # 'CONFIG:CORPUS:NORMS ...' the speed comparisons, in order (default: gpt2_small_wt2 on
-# wikitext-2, then ptb_small on ptb, each with layer,power); what the budget leaves out is named.
+# wikitext-2, then ptb_small on ptb, each with layer,power); what the budget leaves out is named;
+# --compare-args 'ARGS' adds ARGS to each compare.py (e.g. '--precisions bf16 --torch
+# eager,compile,plain-compile --pntrain-precisions bf16,fp32': the columns that matter first).
 #
 # Steps in this order, correctness first and measurements last, each with its own time limit
 # (seconds, in brackets); a step that would end past the budget is not started. Every step is
@@ -47,6 +49,7 @@
 set -uo pipefail
 BUNDLE="" OUT="" ONLY="" BUDGET=570 REPRODUCE="--long --seeds 1,2,3"
 COMPARE="gpt2_small_wt2:wikitext-2:layer,power ptb_small:ptb:layer,power"
+COMPARE_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE="$2"; shift 2 ;;
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
     --steps) ONLY=",$2,"; shift 2 ;;
     --budget-s) BUDGET="$2"; shift 2 ;;
     --compare) COMPARE="$2"; shift 2 ;;
+    --compare-args) COMPARE_ARGS="$2"; shift 2 ;;
     --reproduce) REPRODUCE="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0" | sed '1s/^/Usage: /'; exit 0 ;;  # the comment above
     *) echo "pn gpu-check: unknown argument '$1' (use --bundle DIR --out REPORT_DIR)" >&2; exit 2 ;;
@@ -244,7 +248,8 @@ PY
   elif [ $left -gt 60 ]; then
     # One compare.py per config, sharing what is left of the budget; each run it cannot fit is
     # named in its table.
-    step vs_pytorch $left env COMPARE="$COMPARE" ROOT="$ROOT" B="$B" OUT="$OUT" \
+    step vs_pytorch $left env COMPARE="$COMPARE" COMPARE_ARGS="$COMPARE_ARGS" ROOT="$ROOT" \
+      B="$B" OUT="$OUT" \
       DEADLINE=$(($(date +%s) + left - 10)) bash -c '
       for item in $COMPARE; do
         IFS=: read -r config corpus norms <<<"$item"
@@ -254,7 +259,7 @@ PY
         python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
           --configs "$ROOT/configs/$config.ini" --data "$B/$corpus" --norms "$norms" \
           --pntrain-precisions bf16,bf16-flash,fp32,bf16-materialized --budget-s $left \
-          --out "$OUT/vs_pytorch_$config" || exit 1
+          --out "$OUT/vs_pytorch_$config" $COMPARE_ARGS || exit 1
       done'
     [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
     # Which library ran what in pntrain's bf16 runs (each says so once on stderr): cuDNN's

@@ -198,9 +198,9 @@ TEST(CudaKernels, LinearBackwardFromABf16GradientIsTheRoundingAtTheCall) {
 }
 
 // A GEMM input kept in bf16: round_bf16's bits are the CPU's (nearest even, the GEMMs'
-// rounding), and the ReLU's backward from them masks and sums as the CPU's from the same bits
-// and as the fp32 ReLU's backward from y itself (y > 0 exactly where its rounding is); the GPU's
-// fp32 twin too, and the mask without the sums.
+// rounding); the ReLU's backward from them (written over them) is the rounding of the fp32 ReLU's
+// backward from y itself (y > 0 exactly where its rounding is), on the CPU and the GPU alike; and
+// the GPU's fp32 mask with the bias gradient is the CPU's.
 TEST(CudaKernels, KeptBf16InputIsTheCpusRounding) {
   PN_REQUIRE_GPU();
   const int rows = 67, cols = 45;
@@ -217,20 +217,20 @@ TEST(CudaKernels, KeptBf16InputIsTheCpusRounding) {
   size_t differ = 0;
   for (size_t i = 0; i < n; ++i) differ += got16[i] != y16[i];
   EXPECT_EQ(differ, 0u) << "round_bf16's bits differ from the CPU's";
-  std::vector<float> dx = dy, db = db0, dx32 = dy, db32 = db0;
-  k::relu_backward_bias_grad_bf16<float>(y16.data(), dx.data(), rows, cols, db.data());
+  std::vector<float> dx32 = dy, db32 = db0;
   k::relu_backward_bias_grad<float>(y.data(), dx32.data(), rows, cols, db32.data());
-  expect_equal("CPU: mask from the rounding", dx, dx32);
-  cuda::relu_backward_bias_grad_bf16(dy16.data(), ddy.data(), rows, cols, ddb.data(), kStream);
-  expect_equal("relu_backward_bias_grad_bf16 dy", ddy.download(), dx);
-  expect_close("relu_backward_bias_grad_bf16 db", ddb.download(), db, 1e-5, 1e-5);
-  // The fp32 twin (one pass: the mask written as the column sums read it), and the mask alone.
-  DBuf<float> ddy32(dy), ddb32(db0), ddy_only(dy);
+  std::vector<uint16_t> want16(n), cpu16 = y16;
+  k::round_bf16(dx32.data(), n, want16.data());
+  k::relu_backward_round_bf16(cpu16.data(), dy.data(), n);
+  EXPECT_EQ(cpu16, want16) << "CPU: not the rounding of the fp32 ReLU's backward";
+  cuda::relu_backward_round_bf16(dy16.data(), ddy.data(), n, kStream);
+  EXPECT_EQ(dy16.download(), want16) << "GPU: not the rounding of the fp32 ReLU's backward";
+  EXPECT_EQ(ddy.download(), dy) << "dy written";
+  // The fp32 twin (one pass: the mask written as the column sums read it).
+  DBuf<float> ddy32(dy), ddb32(db0);
   cuda::relu_backward_bias_grad(dyv.data(), ddy32.data(), rows, cols, ddb32.data(), kStream);
   expect_equal("relu_backward_bias_grad dy", ddy32.download(), dx32);
   expect_close("relu_backward_bias_grad db", ddb32.download(), db32, 1e-5, 1e-5);
-  cuda::relu_backward_bias_grad_bf16(dy16.data(), ddy_only.data(), rows, cols, nullptr, kStream);
-  expect_equal("relu_backward_bias_grad_bf16 without db", ddy_only.download(), dx);
 }
 
 TEST(CudaKernels, ElementWise) {
@@ -447,14 +447,15 @@ TEST(CudaKernels, FlashAttentionIsTheCpusAttention) {
 // emulator/cudnn_sdpa.cpp) against the CPU's attention in double on the same bf16-rounded qkv
 // and dctx, over short, odd and long sequences and head sizes 32, 64 and 128; two backward runs
 // agree to the bit (cuDNN's deterministic backward). And the dispatch: --attention fused takes
-// cuDNN wherever it runs the shape, and a head size cuDNN refuses (12) goes to the materialized
-// attention under fused but is an error under --attention cudnn.
+// cuDNN wherever it runs the shape; a sequence of one token (which cuDNN's backward refuses) goes
+// to the flash kernels, and a head size cuDNN refuses (12) to the materialized attention under
+// fused but is an error under --attention cudnn.
 TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
   PN_REQUIRE_GPU();
   struct Case {
     int T, d, H;
   };
-  for (const Case& c : {Case{1, 64, 2}, Case{37, 64, 2}, Case{64, 128, 1}, Case{150, 96, 3}}) {
+  for (const Case& c : {Case{37, 64, 2}, Case{64, 128, 1}, Case{150, 96, 3}}) {
     SCOPED_TRACE("T " + std::to_string(c.T) + " head size " + std::to_string(c.d / c.H));
     const int nseq = 2, T = c.T, d = c.d, H = c.H;
     const std::string why = cuda::cudnn_attention_unsupported(nseq, T, d, H);
@@ -477,6 +478,8 @@ TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
   }
   DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
   EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), cuda::cudnn_attention_saved_size(3, 40, 64, 2));
+  EXPECT_NE(cuda::cudnn_attention_unsupported(2, 1, 64, 2), "");   // one token
+  EXPECT_EQ(k::attention_saved_size(2, 1, 64, 2), size_t(2 * 2 * 1));  // the flash kernels' lse
   EXPECT_NE(cuda::cudnn_attention_unsupported(3, 40, 24, 2), "");  // head size 12
   EXPECT_EQ(k::attention_saved_size(3, 40, 24, 2), size_t(3 * 2 * 40 * 40));
   current_context().attention = Attention::cudnn;
