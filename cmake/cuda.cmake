@@ -28,7 +28,7 @@ message(STATUS "pntrain CUDA architectures: ${CMAKE_CUDA_ARCHITECTURES}")
 # (header-only; `launcher/pn cudnn-frontend` puts PyPI's copy in .deps/cudnn-frontend, and
 # CUDNN_FRONTEND_ROOT names another) and cudnn.h; cuDNN itself is opened at run time, so
 # nothing here links it. Without the headers the file builds as "unsupported" and the
-# attention runs on the project's flash kernels.
+# attention is materialized.
 target_sources(pn_kernels PRIVATE ${CMAKE_SOURCE_DIR}/kernels/cuda/cudnn_sdpa.cpp)
 find_path(CUDNN_FRONTEND_INCLUDE_DIR NAMES cudnn_frontend.h
   HINTS ${CUDNN_FRONTEND_ROOT} $ENV{CUDNN_FRONTEND_ROOT} ${CMAKE_SOURCE_DIR}/.deps/cudnn-frontend

@@ -51,10 +51,8 @@ const char* gemm_math_name(GemmMath m) {
 Attention parse_attention(const std::string& name) {
   if (name == "fused") return Attention::fused;
   if (name == "cudnn") return Attention::cudnn;
-  if (name == "flash") return Attention::flash;
   if (name == "materialized") return Attention::materialized;
-  throw std::invalid_argument("--attention '" + name +
-                              "': choose fused, cudnn, flash or materialized");
+  throw std::invalid_argument("--attention '" + name + "': choose fused, cudnn or materialized");
 }
 
 DeviceScope::DeviceScope(Device device, int cuda_index, GemmMath math)

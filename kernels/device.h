@@ -27,10 +27,10 @@ const char* gemm_math_name(GemmMath m);
 
 // --attention: the language model's causal attention on a GPU whose GEMMs compute in bf16.
 // fused: cuDNN's fused SDPA where cuDNN runs the shape (kernels/cuda/cudnn_attention.cu), else
-// the hand-written flash kernels (kernels/cuda/flash_attention.cu); cudnn, flash: that one only
-// (an error where it cannot run); materialized: the T x T probabilities, as everywhere else.
-enum class Attention { fused, cudnn, flash, materialized };
-Attention parse_attention(const std::string& name);  // "fused", "cudnn", "flash", "materialized"
+// materialized; cudnn: cuDNN only (an error where it cannot run); materialized: the T x T
+// probabilities, as everywhere else.
+enum class Attention { fused, cudnn, materialized };
+Attention parse_attention(const std::string& name);  // "fused", "cudnn", "materialized"
 
 struct Context {
   Device device = Device::CPU;

@@ -275,12 +275,12 @@ void copy(const T* x, size_t n, T* y) {
 // ---- attention (cublas_by_hand) -----------------------------------------------------------------
 namespace {
 // Which kernels run the causal attention: on a GPU whose GEMMs compute in bf16, fused (no T x T
-// matrices in memory) on cuDNN's SDPA or on the project's flash kernels as --attention says
-// (kernels/device.h); materialized everywhere else.
-enum class AttentionPath { materialized, flash, cudnn };
+// matrices in memory) on cuDNN's SDPA where it runs the shape (kernels/device.h); materialized
+// everywhere else.
+enum class AttentionPath { materialized, cudnn };
 #ifdef PN_HAVE_CUDA
-// The first fused choice of a process, on stderr: which library ran the attention, and why
-// not cuDNN where it did not.
+// The first choice of a process where cuDNN could run, on stderr: which ran the attention, and
+// why not cuDNN where it did not.
 std::once_flag attention_said;  // one flag for every caller (each lambda is its own template)
 template <class Line>
 void say_once(const Line& line) {
@@ -293,25 +293,13 @@ AttentionPath attention_path(int nseq, int seq_len, int d, int heads) {
   if (c.device != Device::CUDA || c.gemm_math != GemmMath::bf16 ||
       c.attention == Attention::materialized)
     return AttentionPath::materialized;
-  std::string why;  // why not cuDNN ("" where --attention flash never asked)
-  if (c.attention != Attention::flash) {
-    why = cuda::cudnn_attention_unsupported(nseq, seq_len, d, heads);
-    if (why.empty()) {
-      say_once([] { return "cuDNN's fused SDPA (" + cuda::sdpa_description() + ")"; });
-      return AttentionPath::cudnn;
-    }
-    if (c.attention == Attention::cudnn) throw std::runtime_error("--attention cudnn: " + why);
+  const std::string why = cuda::cudnn_attention_unsupported(nseq, seq_len, d, heads);
+  if (why.empty()) {
+    say_once([] { return "cuDNN's fused SDPA (" + cuda::sdpa_description() + ")"; });
+    return AttentionPath::cudnn;
   }
-  if (cuda::flash_attention_supported(d, heads)) {
-    say_once([&] {
-      return "the project's flash kernels (not cuDNN: " +
-             (why.empty() ? "--attention flash" : why) + ")";
-    });
-    return AttentionPath::flash;
-  }
-  if (c.attention == Attention::flash)
-    throw std::runtime_error("--attention flash: head size " + std::to_string(d / heads) +
-                             " (the flash kernels take 32, 64 and 128)");
+  if (c.attention == Attention::cudnn) throw std::runtime_error("--attention cudnn: " + why);
+  say_once([&] { return "materialized (not cuDNN: " + why + ")"; });
 #else
   (void)nseq, (void)seq_len, (void)d, (void)heads;
 #endif
@@ -326,8 +314,6 @@ size_t attention_saved_size(int nseq, int seq_len, int d, int heads) {
     case AttentionPath::cudnn:
       return cuda::cudnn_attention_saved_size(nseq, seq_len, d, heads);
 #endif
-    case AttentionPath::flash:
-      return rows;
     default:
       return rows * seq_len;
   }
@@ -376,8 +362,6 @@ void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T*
   if constexpr (std::is_same_v<T, float>) switch (attention_path(nseq, seq_len, d, heads)) {
       case AttentionPath::cudnn:
         return cuda::cudnn_attention_forward(qkv, nseq, seq_len, d, heads, saved, ctx, stream());
-      case AttentionPath::flash:
-        return cuda::flash_attention_forward(qkv, nseq, seq_len, d, heads, saved, ctx, stream());
       default:
         break;
     }
@@ -392,9 +376,6 @@ void attention_backward(const T* qkv, const T* saved, const T* ctx, const T* dct
       case AttentionPath::cudnn:
         return cuda::cudnn_attention_backward(saved, dctx, nseq, seq_len, d, heads, dqkv, scratch,
                                               stream());
-      case AttentionPath::flash:
-        return cuda::flash_attention_backward(qkv, saved, ctx, dctx, nseq, seq_len, d, heads,
-                                              dqkv, scratch, stream());
       default:
         break;
     }

@@ -87,7 +87,7 @@ struct Choices {
   constexpr Choices id{id##_names, listed};
 PN_CHOICES(kDevices, true, "auto", "cpu", "cuda", "sim")
 PN_CHOICES(kPrecisions, true, "fp32", "tf32", "bf16")
-PN_CHOICES(kAttentions, true, "fused", "cudnn", "flash", "materialized")
+PN_CHOICES(kAttentions, true, "fused", "cudnn", "materialized")
 PN_CHOICES(kOptimizers, true, "adam")
 #undef PN_CHOICES
 // The choices of a flag of an enum type: the enum's names.

@@ -145,8 +145,8 @@ def main():
                     "plain-compile on a GPU, eager,compile on the CPU")
     ap.add_argument("--precisions", default="fp32,bf16", help="PyTorch's (bf16: autocast)")
     ap.add_argument("--pntrain-precisions", default="fp32",
-                    help="pntrain's --precision values; PREC-ATTENTION (bf16-flash, "
-                         "bf16-materialized): that precision with --attention ATTENTION")
+                    help="pntrain's --precision values; PREC-ATTENTION (bf16-materialized): that "
+                         "precision with --attention ATTENTION")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
@@ -320,9 +320,8 @@ def main():
                         metrics = os.path.join(a.out, "pntrain_%s.jsonl" % ptag)
                         if os.path.exists(metrics):
                             os.remove(metrics)
-                        # bf16-flash, bf16-materialized: bf16 GEMMs with that --attention
-                        # (the project's flash kernels, the T x T probabilities in memory),
-                        # against plain bf16's default (cuDNN's fused attention)
+                        # bf16-materialized: bf16 GEMMs with the T x T probabilities in
+                        # memory, against plain bf16's default (cuDNN's fused attention)
                         precision, _, attention = prec.partition("-")
                         cmd = pntrain_cmd(config, data, norm_flags, R, threads,
                                           ["--max-update", str(total), "--log-interval", "5",

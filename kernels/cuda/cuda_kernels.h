@@ -129,18 +129,7 @@ void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 // y = x, device to device (k::copy takes copy_on_device instead).
 void copy(const float* x, size_t n, float* y, cudaStream_t s);
 
-// The causal attention fused on the tensor cores in bf16 (flash_attention.cu), for head sizes of
-// 32, 64 and 128: lse [nseq, H, T] holds each row's log-sum-exp for the backward; dsum
-// [nseq, H, T] is the backward's scratch. k::attention_* take it where the context computes in
-// bf16 (and --attention is not materialized).
-bool flash_attention_supported(int d, int heads);
-void flash_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
-                             float* lse, float* ctx, cudaStream_t s);
-void flash_attention_backward(const float* qkv, const float* lse, const float* ctx,
-                              const float* dctx, int nseq, int seq_len, int d, int heads,
-                              float* dqkv, float* dsum, cudaStream_t s);
-
-// The same attention on cuDNN's fused SDPA (cudnn_attention.cu, through cudnn_sdpa.h): "" when
+// The causal attention on cuDNN's fused SDPA (cudnn_attention.cu, through cudnn_sdpa.h): "" when
 // cuDNN runs this shape here, else why not. saved and scratch: cudnn_attention_saved_size()
 // floats; the backward reads qkv and ctx from `saved` (their bf16 copies).
 std::string cudnn_attention_unsupported(int nseq, int seq_len, int d, int heads);

@@ -34,9 +34,8 @@
 #                   (profile_kernels.txt, largest first)
 #   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
 #                   on the CPU
-#   vs_pytorch      [what is left] pntrain in bf16 (cuDNN's attention), bf16 with --attention
-#                   flash (the project's kernels), fp32 and bf16 with --attention materialized
-#                   against PyTorch on the GPU (the twin eager and torch.compile, fp32 and
+#   vs_pytorch      [what is left] pntrain in bf16 (cuDNN's attention), fp32 and bf16 with
+#                   --attention materialized against PyTorch on the GPU (the twin eager and torch.compile, fp32 and
 #                   bf16 autocast, and for LM configs the plain model of the same shape,
 #                   bench/vs_pytorch/plain_gpt.py; bench/vs_pytorch/compare.py), config by
 #                   config in --compare's order: tokens/s, peak GPU memory, MFU
@@ -200,7 +199,7 @@ SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitize
 step memcheck 60 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
   --gtest_filter='CudaKernels.*:CudaNormKernels.*:CudaNormLayers.*'
 step racecheck 60 "${bundled[@]}" "$SAN" --tool racecheck --error-exitcode 1 "$B/bin/pn_cuda_tests" \
-  --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.FlashAttentionIsTheCpusAttention:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
+  --gtest_filter='CudaKernels.AttentionDecodingStep:CudaKernels.LabelSmoothedCrossEntropy:CudaNormKernels.*'
 step memcheck_training 45 "${bundled[@]}" "$SAN" --tool memcheck --error-exitcode 1 "$B/bin/pn_tests" \
   --gtest_filter='Norms/DeviceLm.TrainsAsTheCpu/cuda_batch:Norms/DeviceLm.TrainsAsTheCpu/cuda_power:Devices/DeviceRuns.TranslationTrainsAsTheCpu/cuda'
 if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
@@ -258,7 +257,7 @@ PY
         [ $left -gt 30 ] || { echo "(not run: the budget is spent)"; continue; }
         python3 "$ROOT/bench/vs_pytorch/compare.py" --pntrain "$B/pntrain" \
           --configs "$ROOT/configs/$config.ini" --data "$B/$corpus" --norms "$norms" \
-          --pntrain-precisions bf16,bf16-flash,fp32,bf16-materialized --budget-s $left \
+          --pntrain-precisions bf16,fp32,bf16-materialized --budget-s $left \
           --out "$OUT/vs_pytorch_$config" $COMPARE_ARGS || exit 1
       done'
     [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"

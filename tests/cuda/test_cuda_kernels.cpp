@@ -399,57 +399,13 @@ AttentionReference attention_reference(int nseq, int T, int d, int H, uint64_t s
   return r;
 }
 
-// The fused attention (bf16 operands, fp32 accumulation, kernels/cuda/flash_attention.cu)
-// against the CPU's attention in double on the same bf16-rounded qkv and dctx: apart by the
-// rounding of P and dS to bf16 only, over one, partial and several 64-row tiles and each head
-// size it has; two runs agree to the bit. And the dispatch: a bf16 GPU context saves T floats per
-// row and head (T x T without --attention fused, or in fp32).
-TEST(CudaKernels, FlashAttentionIsTheCpusAttention) {
-  PN_REQUIRE_GPU();
-  struct Case {
-    int T, d, H;
-  };
-  for (const Case& c : {Case{1, 64, 2}, Case{37, 64, 2}, Case{64, 128, 2}, Case{70, 128, 1},
-                        Case{150, 96, 3}}) {
-    SCOPED_TRACE("T " + std::to_string(c.T) + " head size " + std::to_string(c.d / c.H));
-    const int nseq = 2, T = c.T, d = c.d, H = c.H;
-    ASSERT_TRUE(cuda::flash_attention_supported(d, H));
-    const size_t nq = size_t(nseq) * T * 3 * d, nc = size_t(nseq) * T * d;
-    const size_t nrow = size_t(nseq) * H * T;
-    const AttentionReference ref = attention_reference(nseq, T, d, H, 31);
-    DBuf<float> dq(ref.qkv), ddctx(ref.dctx), lse(nrow), dctxo(nc), ddqkv(nq), dsum(nrow),
-        ddqkv2(nq);
-    cuda::flash_attention_forward(dq.data(), nseq, T, d, H, lse.data(), dctxo.data(), kStream);
-    const std::vector<float> got_ctx = dctxo.download();
-    cuda::flash_attention_backward(dq.data(), lse.data(), dctxo.data(), ddctx.data(), nseq, T, d,
-                                   H, ddqkv.data(), dsum.data(), kStream);
-    cuda::flash_attention_backward(dq.data(), lse.data(), dctxo.data(), ddctx.data(), nseq, T, d,
-                                   H, ddqkv2.data(), dsum.data(), kStream);
-    const std::vector<float> got_dqkv = ddqkv.download();
-    expect_equal("fused dqkv, two runs", ddqkv2.download(), got_dqkv);
-    // bf16 keeps 8 bits: P and dS carry 2^-9 relative error each. Measured in the emulation:
-    // at most 0.2% (ctx) and 0.4% (dqkv) of the largest entry; a P off by 1% fails.
-    expect_close("fused ctx", got_ctx, ref.ctx, 0, 4e-3 * ref.ctx_max);
-    expect_close("fused dqkv", got_dqkv, ref.dqkv, 0, 8e-3 * ref.dqkv_max);
-  }
-  {
-    DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
-    current_context().attention = Attention::flash;
-    EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40));
-    current_context().attention = Attention::materialized;
-    EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
-  }
-  DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);
-  EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
-}
-
 // cuDNN's fused attention (kernels/cuda/cudnn_attention.cu; on the emulation its stand-in,
 // emulator/cudnn_sdpa.cpp) against the CPU's attention in double on the same bf16-rounded qkv
 // and dctx, over short, odd and long sequences and head sizes 32, 64 and 128; two backward runs
 // agree to the bit (cuDNN's deterministic backward). And the dispatch: --attention fused takes
-// cuDNN wherever it runs the shape; a sequence of one token (which cuDNN's backward refuses) goes
-// to the flash kernels, and a head size cuDNN refuses (12) to the materialized attention under
-// fused but is an error under --attention cudnn.
+// cuDNN wherever it runs the shape, and a shape cuDNN refuses (a sequence of one token, which
+// its backward refuses; head size 12) goes to the materialized attention under fused but is an
+// error under --attention cudnn; fp32 GEMMs and --attention materialized keep T x T floats.
 TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
   PN_REQUIRE_GPU();
   struct Case {
@@ -479,11 +435,15 @@ TEST(CudaKernels, CudnnAttentionIsTheCpusAttention) {
   DeviceScope bf16(Device::CUDA, 0, GemmMath::bf16);
   EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), cuda::cudnn_attention_saved_size(3, 40, 64, 2));
   EXPECT_NE(cuda::cudnn_attention_unsupported(2, 1, 64, 2), "");   // one token
-  EXPECT_EQ(k::attention_saved_size(2, 1, 64, 2), size_t(2 * 2 * 1));  // the flash kernels' lse
   EXPECT_NE(cuda::cudnn_attention_unsupported(3, 40, 24, 2), "");  // head size 12
   EXPECT_EQ(k::attention_saved_size(3, 40, 24, 2), size_t(3 * 2 * 40 * 40));
   current_context().attention = Attention::cudnn;
   EXPECT_THROW(k::attention_saved_size(3, 40, 24, 2), std::runtime_error);
+  EXPECT_THROW(k::attention_saved_size(2, 1, 64, 2), std::runtime_error);
+  current_context().attention = Attention::materialized;
+  EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
+  DeviceScope fp32(Device::CUDA, 0, GemmMath::fp32);
+  EXPECT_EQ(k::attention_saved_size(3, 40, 64, 2), size_t(3 * 2 * 40 * 40));
 }
 
 // mha_forward/mha_backward: fused-qkv self-attention (causal, key padding, attention dropout)
