@@ -270,9 +270,30 @@ TEST(Kernels, DropoutKeepsExpectedFractionAndIsDeterministic) {
 TEST(Kernels, AdamFirstStepMovesBySignTimesLr) {
   // At t=1 the bias-corrected update is lr * g / (|g| + eps) = lr * sign(g).
   std::vector<float> p = {1.0f, -2.0f}, g = {0.5f, -3.0f}, m(2, 0.0f), v(2, 0.0f);
-  k::adam_update(p.data(), g.data(), m.data(), v.data(), 2, 0.1f, 0.9f, 0.98f, 1e-8f, 0.0f, 1);
+  k::adam_update(p.data(), g.data(), m.data(), v.data(), 2, 1.0f, 1.0f, 0.1f, 0.9f, 0.98f, 1e-8f,
+                 0.0f, 1);
   EXPECT_NEAR(p[0], 0.9f, 1e-5);
   EXPECT_NEAR(p[1], -1.9f, 1e-5);
+}
+
+// Adam's two gradient factors (per token, clipping) are the passes of scale_inplace they
+// replace, to the bit, and leave the gradient as it is.
+TEST(Kernels, AdamScalesTheGradientAsTwoPassesWould) {
+  const size_t n = 100003;
+  const auto p0 = randn(n, 41, 1.0), g0 = randn(n, 42, 3.0);
+  std::vector<float> p(p0.begin(), p0.end()), g(g0.begin(), g0.end()), m(n, 0.1f), v(n, 0.2f);
+  std::vector<float> p2 = p, g2 = g, m2 = m, v2 = v;
+  const float scale = 1.0f / 3072, clip = 0.37f;
+  k::adam_update(p.data(), g.data(), m.data(), v.data(), n, scale, clip, 1e-3f, 0.9f, 0.98f,
+                 1e-8f, 0.01f, 2);
+  k::scale_inplace<float>(g2.data(), n, scale);
+  k::scale_inplace<float>(g2.data(), n, clip);
+  k::adam_update(p2.data(), g2.data(), m2.data(), v2.data(), n, 1.0f, 1.0f, 1e-3f, 0.9f, 0.98f,
+                 1e-8f, 0.01f, 2);
+  EXPECT_EQ(p, p2);
+  EXPECT_EQ(m, m2);
+  EXPECT_EQ(v, v2);
+  EXPECT_EQ(g, std::vector<float>(g0.begin(), g0.end()));
 }
 
 }  // namespace

@@ -184,16 +184,18 @@ void Trainer::optimizer_step(const Run& run, int64_t update, UpdateStats* s) {
   const double t_opt = now_s();
   ParamStore<float>& params = this->params();
   const size_t nparam = params.size();
-  k::scale_inplace<float>(params.grad.data(), nparam, float(1.0 / s->ntok));
+  // The gradient normalised per token, then clipped: two factors that Adam applies as it reads
+  // it (no pass of their own over the gradient).
+  float clip = 1.0f;
   if (opt_.clip_norm > 0) {
     const double gnorm = std::sqrt(s->grad_sumsq) / s->ntok;  // of the normalised gradient
-    if (gnorm > opt_.clip_norm)
-      k::scale_inplace<float>(params.grad.data(), nparam, float(opt_.clip_norm / gnorm));
+    if (gnorm > opt_.clip_norm) clip = float(opt_.clip_norm / gnorm);
   }
   s->lr = learning_rate(run.schedule, update + 1);
   k::adam_update(params.data.data(), params.grad.data(), adam_m_.data(), adam_v_.data(), nparam,
-                 float(s->lr), float(opt_.adam_beta1), float(opt_.adam_beta2),
-                 float(opt_.adam_eps), float(opt_.weight_decay), update + 1);
+                 float(1.0 / s->ntok), clip, float(s->lr), float(opt_.adam_beta1),
+                 float(opt_.adam_beta2), float(opt_.adam_eps), float(opt_.weight_decay),
+                 update + 1);
   s->optim_s = now_s() - t_opt;
 }
 

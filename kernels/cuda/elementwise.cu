@@ -77,6 +77,10 @@ void range_sum(size_t n, Load load, double* out, cudaStream_t s) {
 }  // namespace
 
 void fill(float* x, size_t n, float value, cudaStream_t s) {
+  if (value == 0.f && !std::signbit(value)) {  // +0 is all zero bits: a memset
+    if (n) CUDA_CHECK(cudaMemsetAsync(x, 0, n * sizeof(float), s));
+    return;
+  }
   for_each(n, s, [=] __device__(size_t i) { x[i] = value; });
 }
 void copy(const float* x, size_t n, float* y, cudaStream_t s) {
@@ -299,17 +303,18 @@ void embedding_backward(const int32_t* tok, int rows, const float* dy, int d, fl
   PN_LAUNCHED();
 }
 
-// Adam, as kernels/cpu/adam.cpp:
+// Adam, as kernels/cpu/adam.cpp, on g = (grad scale) clip:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps) + lr wd p
-void adam_update(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1,
-                 float beta2, float eps, float weight_decay, int64_t t, cudaStream_t s) {
+void adam_update(float* p, const float* g, float* m, float* v, size_t n, float scale,
+                 float clip, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 int64_t t, cudaStream_t s) {
   const float bc1 = 1.0f - float(std::pow(double(beta1), double(t)));
   const float bc2 = 1.0f - float(std::pow(double(beta2), double(t)));
   const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
   const float decay = lr * weight_decay;
   for_each(n, s, [=] __device__(size_t i) {
-    const float gi = g[i];
+    const float gi = __fmul_rn(__fmul_rn(g[i], scale), clip);
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;

@@ -722,9 +722,10 @@ TEST(CudaKernels, AdamAndReductions) {
   for (auto& x : v) x = x * x;
   DBuf<float> dp(p), dg(g), dm(m), dv(v);
   for (int64_t t = 1; t <= 3; ++t) {
-    k::adam_update(p.data(), g.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.98f, 1e-8f, 0.01f, t);
-    cuda::adam_update(dp.data(), dg.data(), dm.data(), dv.data(), n, 1e-3f, 0.9f, 0.98f, 1e-8f,
-                      0.01f, t, kStream);
+    k::adam_update(p.data(), g.data(), m.data(), v.data(), n, 0.25f, 0.75f, 1e-3f, 0.9f, 0.98f,
+                   1e-8f, 0.01f, t);
+    cuda::adam_update(dp.data(), dg.data(), dm.data(), dv.data(), n, 0.25f, 0.75f, 1e-3f, 0.9f,
+                      0.98f, 1e-8f, 0.01f, t, kStream);
   }
   expect_close("adam p", dp.download(), p, 1e-6, 1e-7);
   expect_close("adam m", dm.download(), m, 1e-6, 1e-7);
