@@ -54,7 +54,10 @@ for r in rows:
             bad("%s not positive: %s" % (col, r))
     if R == 1 and (float(r["efficiency"]) != 1.0 or float(r["speedup"]) != 1.0):
         bad("speedup and efficiency at 1 rank are not 1: %s" % r)
-    if abs(float(r["efficiency"]) * R - float(r["speedup"])) > 1e-3 * float(r["speedup"]):
+    # Both columns are written to 4 decimals: their rounding (half a unit of the 4th decimal
+    # each, R times for efficiency * R) is allowed on top of the relative 1e-3.
+    if abs(float(r["efficiency"]) * R - float(r["speedup"])) > \
+            1e-3 * float(r["speedup"]) + 0.5e-4 * (R + 1):
         bad("efficiency is not speedup / ranks: %s" % r)
     per_rank = 512 // R if r["mode"] == "strong" else 512
     if int(r["tokens_per_rank"]) != per_rank:
