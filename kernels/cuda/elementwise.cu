@@ -122,9 +122,8 @@ __device__ __forceinline__ bool positive(const uint16_t* y16, size_t i) {
 // v0 = dy[r, c] (y[r, c] > 0), written back into dy as it is read: the ReLU's mask and the bias
 // gradient in one pass (the column reduction visits every element exactly once), the sums those
 // of bias_grad over the masked dy.
-template <class Y>
 struct ReluBiasGradOp {
-  const Y* y;
+  const float* y;
   float* dy;
   int d;
   __device__ void operator()(int r, int c, double& v0, double& v1) const {
@@ -135,10 +134,10 @@ struct ReluBiasGradOp {
     v1 = 0;
   }
 };
-template <class Y>
-void relu_mask_bias_grad(const Y* y, float* dy, int rows, int cols, float* db, cudaStream_t s) {
+void relu_mask_bias_grad(const float* y, float* dy, int rows, int cols, float* db,
+                         cudaStream_t s) {
   if (db)
-    column_reduce(ReluBiasGradOp<Y>{y, dy, cols}, nullptr, rows, cols, db,
+    column_reduce(ReluBiasGradOp{y, dy, cols}, nullptr, rows, cols, db,
                   static_cast<float*>(nullptr), s);
   else
     for_each(size_t(rows) * cols, s,
