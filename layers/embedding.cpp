@@ -1,5 +1,6 @@
 #include "layers/embedding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -18,6 +19,12 @@ int vocab_multiple() { return current_device() == Device::CUDA ? 64 : cpu_vocab_
 void set_cpu_vocab_multiple(int multiple) {
   if (multiple < 1) throw std::invalid_argument("the vocabulary multiple must be at least 1");
   cpu_vocab_multiple = multiple;
+}
+
+int logits_chunk_rows(int rows, int ld, size_t max_logits) {
+  const size_t fit = std::max<size_t>(1, max_logits / size_t(std::max(ld, 1)));
+  if (fit >= size_t(rows)) return rows;
+  return int(fit >= 64 ? fit / 64 * 64 : fit);
 }
 
 template <class T>
@@ -69,6 +76,30 @@ void Embedding<T>::output_backward(const T* h, const T* dlogits, bool dlogits_bf
                   dim, T(0), dh, dim);
   k::gemm_kept<T>(true, false, padded_vocab, dim, rows, d32, d16, ld, h, nullptr, dim, T(1),
                   store->g(table), dim);
+}
+
+template <class T>
+void Embedding<T>::output_loss(const T* h, const int32_t* target, const uint8_t* mask, int rows,
+                              T label_smoothing, T grad_scale, double* loss_sums, Buf<T>& logits,
+                              T* dh, size_t max_logits) const {
+  const int ld = logits_ld();
+  const int chunk = logits_chunk_rows(rows, ld, max_logits);
+  // The gradient in place of the logits, as its bf16 rounding where that is all the GEMMs read.
+  const bool g16 = dh && k::gemm_inputs_in_bf16<T>();
+  logits.resize(size_t(std::min(chunk, rows)) * ld);
+  for (int r0 = 0; r0 < rows; r0 += chunk) {
+    const int r = std::min(chunk, rows - r0);
+    const T* hr = h + size_t(r0) * dim;
+    output_forward(hr, r, logits.data(), ld);
+    if (!dh) {
+      k::softmax_xent_eval_acc<T>(logits.data(), target + r0, mask + r0, r, vocab, ld,
+                                  label_smoothing, loss_sums);
+      continue;
+    }
+    k::softmax_xent_acc<T>(logits.data(), target + r0, mask + r0, r, vocab, ld, label_smoothing,
+                           grad_scale, g16, loss_sums);
+    output_backward(hr, logits.data(), g16, r, ld, dh + size_t(r0) * dim);
+  }
 }
 
 template struct Embedding<float>;

@@ -9,7 +9,10 @@
 // never reads those columns and sets their gradient to 0, so dE there is 0 and Adam leaves them 0.
 // The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
 // a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels.
+// The loss (output_loss) runs over chunks of rows whose logits hold at most max_logits values:
+// GPT-2 small's 16384 x 33,344 fp32 logits alone would be 2.2 GB, the largest buffer of an update.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +26,12 @@ namespace pn {
 // computes as it, pad as a GPU does).
 int vocab_multiple();
 void set_cpu_vocab_multiple(int multiple);
+
+// The models' default bound on the logits held at once by the loss: 64 Mi values, 256 MiB in fp32.
+constexpr size_t kMaxLogits = size_t(1) << 26;
+// The rows of each of output_loss's chunks: all of them where they fit, else as many as fit,
+// a multiple of 64 where that leaves one or more (the GEMMs' tiles).
+int logits_chunk_rows(int rows, int ld, size_t max_logits);
 
 template <class T>
 struct Embedding {
@@ -46,6 +55,13 @@ struct Embedding {
   // grad_bf16), which the GEMMs read.
   void output_backward(const T* h, const T* dlogits, bool dlogits_bf16, int rows, int ld,
                        T* dh) const;
+  // The output layer and the label-smoothed cross-entropy of rows of h, chunk by chunk
+  // (logits_chunk_rows), the loss sums {loss, nll, tokens} added to loss_sums (device memory).
+  // With dh (training): dh overwritten with the loss's gradient times grad_scale, dE accumulated.
+  // Without (evaluation): the loss only. `logits` is the chunk's scratch.
+  void output_loss(const T* h, const int32_t* target, const uint8_t* mask, int rows,
+                   T label_smoothing, T grad_scale, double* loss_sums, Buf<T>& logits, T* dh,
+                   size_t max_logits) const;
 };
 
 }  // namespace pn

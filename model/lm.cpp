@@ -91,8 +91,6 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
                                  rows, f.data(), training);
   else
     norm_final->forward(h_last.data(), mask, rows, f.data(), training);
-  logits.resize(size_t(rows) * embed.logits_ld());
-  embed.output_forward(f.data(), rows, logits.data(), embed.logits_ld());
 }
 
 template <class T>
@@ -102,23 +100,19 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
   const auto t0 = clock::now();
   const k::Bf16Copy weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
   forward(batch, true, dropout_seed);
-  const auto t1 = clock::now();
+  const auto t1 = clock::now();  // the output layer and the loss run with the backward, chunked
   const int rows = batch.rows(), d = config.dim;
   const size_t n = size_t(rows) * d;
   const uint8_t* mask = this->mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  // The loss's gradient in place of the logits: as its bf16 rounding where that is all the
-  // output layer's GEMMs read.
-  const bool g16 = k::gemm_inputs_in_bf16<T>();
-  k::softmax_xent_acc<T>(logits.data(), targets.data(), mask, rows, config.vocab,
-                         embed.logits_ld(), T(config.label_smoothing), grad_scale, g16, loss_sums);
-  // logits now hold dloss/dlogits. grad_a carries the residual-stream gradient.
+  // grad_a carries the residual-stream gradient.
   grad_a.resize(n);
   grad_b.resize(n);
   grad_c.resize(n);
   T* df = grad_c.data();
-  embed.output_backward(f.data(), logits.data(), g16, rows, embed.logits_ld(), df);
+  embed.output_loss(f.data(), targets.data(), mask, rows, T(config.label_smoothing), grad_scale,
+                    loss_sums, logits, df, config.max_logits);
   norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
   if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
@@ -149,9 +143,16 @@ template <class T>
 void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
   const k::Bf16Copy weights16(params.data.data(), params.data.size());
   forward(batch, false, 0);
-  k::softmax_xent_eval_acc<T>(logits.data(), targets.data(), mask.data(), batch.rows(),
-                              config.vocab, embed.logits_ld(), T(config.label_smoothing),
-                              loss_sums);
+  embed.output_loss(f.data(), targets.data(), mask.data(), batch.rows(),
+                    T(config.label_smoothing), T(1), loss_sums, logits, nullptr, config.max_logits);
+}
+
+template <class T>
+void LanguageModel<T>::forward_logits(const Batch& batch) {
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());
+  forward(batch, false, 0);
+  logits.resize(size_t(batch.rows()) * embed.logits_ld());
+  embed.output_forward(f.data(), batch.rows(), logits.data(), embed.logits_ld());
 }
 
 template <class T>

@@ -26,6 +26,7 @@ struct ModelConfig {
   double dropout = 0.1;
   double label_smoothing = 0.1;
   int padding_idx = 0;
+  size_t max_logits = kMaxLogits;  // the most logits the loss holds at once (layers/embedding.h)
   NormOptions norm_self, norm_ff, norm_final;
 };
 
@@ -58,7 +59,8 @@ struct LanguageModel {
   Embedding<T> embed;
   std::vector<Block> blocks;
   std::unique_ptr<Norm<T>> norm_final;
-  Buf<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch
+  Buf<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch (logits: a chunk's
+                                                     // in training and evaluation)
   // The current batch on the device (uploaded once per forward), and the loss sums of the
   // convenience forms below.
   Buf<int32_t> tokens, targets;
@@ -86,6 +88,8 @@ struct LanguageModel {
   k::LossSums forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
                                const GradsReady& grads_ready = nullptr);
   k::LossSums evaluate(const Batch& batch);
+  // Inference mode's logits of every position of a batch into `logits`, rows logits_ld() apart.
+  void forward_logits(const Batch& batch);
   // Every norm layer, in model order (for state, probes and checkpoints).
   std::vector<Norm<T>*> norms();
 

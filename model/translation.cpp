@@ -186,9 +186,6 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
   }
   f.resize(n);
   dec_norm_final->forward(dec_h.data(), mask, rows, f.data(), training);
-  const int ld = target_embedding().logits_ld();
-  logits.resize(size_t(rows) * ld);
-  target_embedding().output_forward(f.data(), rows, logits.data(), ld);
 }
 
 template <class T>
@@ -207,10 +204,6 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   const uint8_t* smask = src_mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  const int ld = target_embedding().logits_ld();
-  const bool g16 = k::gemm_inputs_in_bf16<T>();  // the gradient in bf16 in place, as the LM's
-  k::softmax_xent_acc<T>(logits.data(), tgt_tok.data(), tmask, rows_t, config.tgt_vocab, ld,
-                         T(config.label_smoothing), grad_scale, g16, loss_sums);
   const size_t nmax = std::max(nt, ns);
   grad_a.resize(nmax), grad_b.resize(nmax), grad_c.resize(nmax);
   T *ga = grad_a.data(), *gb = grad_b.data(), *df = grad_c.data();
@@ -225,7 +218,9 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
     k::dropout_copy<T>(ga, keep.data(), p, n, df);
     return df;
   };
-  target_embedding().output_backward(f.data(), logits.data(), g16, rows_t, ld, df);
+  target_embedding().output_loss(f.data(), tgt_tok.data(), tmask, rows_t,
+                                T(config.label_smoothing), grad_scale, loss_sums, logits, df,
+                                config.max_logits);
   dec_norm_final->backward(dec_h.data(), df, tmask, rows_t, ga);
   ready(dec_final_begin);
   grad_enc.assign(ns, T(0));  // every decoder block's cross-attention adds to it
@@ -270,10 +265,18 @@ void TranslationModel<T>::evaluate(const ParallelBatch& batch, double* loss_sums
     throw std::logic_error("evaluate(training) is for dropout-free checks");
   const k::Bf16Copy weights16(params.data.data(), params.data.size());
   forward(batch, training, 0);
-  k::softmax_xent_eval_acc<T>(logits.data(), tgt_tok.data(), tgt_mask.data(),
-                              batch.nseq * batch.tgt_len, config.tgt_vocab,
-                              target_embedding().logits_ld(), T(config.label_smoothing),
-                              loss_sums);
+  target_embedding().output_loss(f.data(), tgt_tok.data(), tgt_mask.data(),
+                                 batch.nseq * batch.tgt_len, T(config.label_smoothing), T(1),
+                                 loss_sums, logits, nullptr, config.max_logits);
+}
+
+template <class T>
+void TranslationModel<T>::forward_logits(const ParallelBatch& batch) {
+  const k::Bf16Copy weights16(params.data.data(), params.data.size());
+  forward(batch, false, 0);
+  const int rows = batch.nseq * batch.tgt_len, ld = target_embedding().logits_ld();
+  logits.resize(size_t(rows) * ld);
+  target_embedding().output_forward(f.data(), rows, logits.data(), ld);
 }
 
 template <class T>

@@ -37,6 +37,7 @@ struct TranslationConfig {
   int decoder_layers = 2, decoder_heads = 4, decoder_ffn_dim = 512;
   int max_len = 1024;  // positions
   double dropout = 0.1, attention_dropout = 0.0, label_smoothing = 0.1;
+  size_t max_logits = kMaxLogits;  // the most logits the loss holds at once (layers/embedding.h)
   NormOptions enc_norm_self, enc_norm_ff, enc_norm_final;
   NormOptions dec_norm_self, dec_norm_cross, dec_norm_ff, dec_norm_final;
 };
@@ -103,6 +104,8 @@ struct TranslationModel {
   k::LossSums forward_backward(const ParallelBatch& batch, T grad_scale, uint64_t dropout_seed,
                                const GradsReady& grads_ready = nullptr);
   k::LossSums evaluate(const ParallelBatch& batch, bool training = false);
+  // Inference mode's logits of every target position into `logits`, rows logits_ld() apart.
+  void forward_logits(const ParallelBatch& batch);
   std::vector<Norm<T>*> norms();
 
   // ---- incremental decoding (inference mode; every norm then acts on each row alone) ----

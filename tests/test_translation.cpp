@@ -214,8 +214,8 @@ void expect_padding_invariant(const std::string& enc_norm) {
   }
   EXPECT_FALSE(norm_state(plain).empty());
   // Inference with the running state: the same real-token logits.
-  plain.evaluate(a);
-  padded.evaluate(b);
+  plain.forward_logits(a);
+  padded.forward_logits(b);
   double logit_diff = 0;
   const int V = c.tgt_vocab, ld = plain.target_embedding().logits_ld();
   for (int s = 0; s < a.nseq; ++s)
@@ -231,6 +231,27 @@ void expect_padding_invariant(const std::string& enc_norm) {
 TEST(TranslationModel, EncoderPaddingChangesNoRealTokenNorAnyStatistic) {
   expect_padding_invariant("batch");
   expect_padding_invariant("power");
+}
+
+// The loss in chunks of 3 target rows (Embedding::output_loss) is the loss of the whole logits.
+TEST(TranslationModel, ChunkedLossIsTheWholeOne) {
+  TranslationConfig c = tiny_config("power", toy().src_vocab.size());
+  c.dropout = 0.1;
+  TranslationModel<double> whole(c, 5, nullptr);
+  c.max_logits = size_t(whole.target_embedding().logits_ld()) * 3;
+  TranslationModel<double> chunked(c, 5, nullptr);
+  ParallelBatch b;
+  make_parallel_batch(toy().train, {3, 4, 5, 6}, &b);
+  ASSERT_GT(b.nseq * b.tgt_len, 3 * 3);
+  for (int step = 0; step < 2; ++step) {
+    const k::LossSums w = whole.forward_backward(b, 1.0, 9 + step);
+    const k::LossSums h = chunked.forward_backward(b, 1.0, 9 + step);
+    EXPECT_NEAR(h.loss, w.loss, 1e-12 * w.loss);
+    EXPECT_EQ(h.ntokens, w.ntokens);
+    EXPECT_NEAR(chunked.evaluate(b).nll, whole.evaluate(b).nll, 1e-12 * w.nll);
+  }
+  EXPECT_LT(max_abs_diff(chunked.params.grad, whole.params.grad),
+            1e-12 * max_abs_diff(whole.params.grad, std::vector<double>(whole.params.size())));
 }
 
 // ---- decoding ----------------------------------------------------------------------------

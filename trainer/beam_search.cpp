@@ -202,7 +202,7 @@ std::vector<int32_t> greedy_decode_reference(TranslationModel<float>& model,
     for (int t = 0; t < step; ++t) b.prev[size_t(t) + 1] = out[size_t(t)];
     b.tgt.assign(size_t(b.tgt_len), Vocabulary::kEos);
     b.tgt_mask.assign(size_t(b.tgt_len), 1);
-    model.evaluate(b);  // leaves the logits of every position in model.logits
+    model.forward_logits(b);
     if (step == max_len) break;
     const float* row = model.logits.data() + size_t(step) * model.target_embedding().logits_ld();
     int32_t best = -1;

@@ -76,7 +76,7 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
       for (int s = 0; s < N; ++s)
         std::copy(ctx[size_t(s)].end() - len, ctx[size_t(s)].end(),
                   b.tokens.begin() + long(size_t(s) * len));
-      model.evaluate(b);  // leaves the logits of every position in model.logits
+      model.forward_logits(b);
       bool all_done = true;
       for (int s = 0; s < N; ++s) {
         const double u = uniform();  // one draw per row, finished or not: rows stay independent
