@@ -150,6 +150,7 @@ struct cublasLtMatmulDescOpaque {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   float* bias = nullptr;  // read by BIAS, written by BGRADB
+  int32_t bias_type = -1;  // -1: D's
 };
 struct cublasLtMatrixLayoutOpaque {
   cudaDataType_t type = CUDA_R_32F;
@@ -195,6 +196,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
       if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
       d->bias = *static_cast<float* const*>(buf);
       return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+      d->bias_type = *static_cast<const int32_t*>(buf);
+      return CUBLAS_STATUS_SUCCESS;
   }
   return CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -230,7 +235,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
 }
 
 namespace {
-// The shapes cuBLASLt's matmul reads: op(A) m x k, op(B) k x n, C and D m x n, D's type fp32.
+// The shapes cuBLASLt's matmul reads: op(A) m x k, op(B) k x n, C and D m x n; D fp32, or bf16
+// from bf16 operands (its bias, where one, of D's type: "bias vector elements are the same type
+// as the elements of output matrix", cublasLt.h).
 cublasStatus_t lt_check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixLayoutOpaque& a,
                         const cublasLtMatrixLayoutOpaque& b, const cublasLtMatrixLayoutOpaque& c,
                         const cublasLtMatrixLayoutOpaque& dl) {
@@ -242,8 +249,13 @@ cublasStatus_t lt_check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixL
       d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_RELU_BIAS &&
       d.epilogue != CUBLASLT_EPILOGUE_BGRADB)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  const bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  if (dl.type == CUDA_R_16BF &&
+      (a.type != CUDA_R_16BF || d.epilogue == CUBLASLT_EPILOGUE_BGRADB ||
+       (bias && d.bias_type != -1 && d.bias_type != CUDA_R_16BF)))
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   return check(d.ta, d.tb, int(m), int(n), int(k), int(a.ld), int(b.ld), int(dl.ld), a.type,
-               b.type, dl.type, d.compute);
+               b.type, dl.type == CUDA_R_16BF ? CUDA_R_32F : dl.type, d.compute);
 }
 }  // namespace
 
@@ -273,15 +285,20 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
   const bool bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
   if ((bias || bgrad) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
   if (C != D && *static_cast<const float*>(beta) != 0.f) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (dl->type == CUDA_R_16BF && *static_cast<const float*>(beta) != 0.f)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   const cublasLtMatmulDescOpaque desc = *d;  // the call's attributes, as the GPU reads them now
   const cublasLtMatrixLayoutOpaque la = *a, lb = *b, ld = *dl;
   const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
   pn_emu::enqueue(stream, [=] {
     const int m = int(ld.rows), n = int(ld.cols);
     const int k = int(desc.ta == CUBLAS_OP_N ? la.cols : la.rows);
-    float* out = static_cast<float*>(D);
-    gemm_one(desc.ta, desc.tb, m, n, k, al, A, la.type, int(la.ld), B, int(lb.ld), be, out,
-             int(ld.ld), desc.compute);
+    const bool d16 = ld.type == CUDA_R_16BF;
+    std::vector<float> result(d16 ? size_t(m) * n : 0);  // a bf16 D's fp32 result, ld m
+    float* out = d16 ? result.data() : static_cast<float*>(D);
+    const int ldo = d16 ? m : int(ld.ld);
+    gemm_one(desc.ta, desc.tb, m, n, k, al, A, la.type, int(la.ld), B, int(lb.ld), be, out, ldo,
+             desc.compute);
     if (bgrad) {  // bias[j] = sum over k of op(B)[., j], as B's elements read (before rounding)
       const bool bn = desc.tb == CUBLAS_OP_N;
       const std::vector<float> bv = load(B, lb.type, bn ? k : n, bn ? n : k, int(lb.ld),
@@ -293,12 +310,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       }
       return;
     }
-    // The epilogue on the fp32 result: + bias[row], then max(., 0).
+    // The epilogue on the fp32 result: + bias[row] (a bf16 D's in bf16), then max(., 0); a bf16
+    // D gets the rounding.
+    const auto* bias16 = reinterpret_cast<const __nv_bfloat16*>(desc.bias);
     for (int col = 0; col < n; ++col)
       for (int row = 0; row < m; ++row) {
-        float& v = out[size_t(col) * ld.ld + row];
-        if (bias) v += desc.bias[row];
+        float& v = out[size_t(col) * ldo + row];
+        if (bias) v += d16 ? __bfloat162float(bias16[row]) : desc.bias[row];
         if (relu) v = std::max(v, 0.f);
+        if (d16)
+          static_cast<__nv_bfloat16*>(D)[size_t(col) * ld.ld + row] = __float2bfloat16_rn(v);
       }
   });
   return CUBLAS_STATUS_SUCCESS;

@@ -1,7 +1,8 @@
 // cuBLASLt emulated on OpenBLAS (-DPN_CUDA_EMULATE=ON): the subset kernels/cuda calls, one
 // matmul with a bias (and ReLU) epilogue, D = epilogue(alpha op(A) op(B) + beta C), or with the
 // bias gradient of B (BGRADB: bias[j] = sum_k op(B)[k, j], written), column-major as cuBLASLt
-// reads it, with the operand rounding of the compute type; run in stream order.
+// reads it, with the operand rounding of the compute type; run in stream order. D is fp32, or
+// bf16 (the fp32 result's rounding, beta 0) with a bias of D's type, as cuBLASLt documents it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +23,7 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_DEFAULT = 1,

@@ -42,6 +42,10 @@ struct Context {
   // bf16 GEMMs on a GPU: layers keep GEMM inputs as their bf16 rounding (k::gemm_inputs_in_bf16);
   // off, in fp32 and rounded at each call (the tests compare the two).
   bool gemm_inputs_bf16 = true;
+  // A GEMM whose output only bf16 GEMMs read (k::linear_forward's y16) writes the rounding from
+  // its cuBLASLt epilogue; off, the fp32 output and a rounding pass (the tests compare the two:
+  // cuBLASLt may sum in another order for a bf16 output).
+  bool gemm_bf16_outputs = true;
 };
 
 // This thread's current context.

@@ -143,7 +143,7 @@ void say_once(std::once_flag& flag, const char* what, const Line& line) {
     std::fprintf(stderr, "pntrain: %s: %s\n", what, std::string(line()).c_str());
   });
 }
-std::once_flag lt_forward_said, lt_backward_said;
+std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said;
 }  // namespace
 #endif
 
@@ -178,18 +178,32 @@ void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t
 
 template <class T>
 void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
-                    const T* bias, bool relu, T* y) {
+                    const T* bias, bool relu, T* y, uint16_t* y16) {
+  if (y16 && !gemm_inputs_in_bf16<T>())
+    throw std::logic_error("linear_forward: a bf16 output where GEMMs read no bf16");
 #ifdef PN_HAVE_CUDA
-  // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape.
+  // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape, and the
+  // output's bf16 rounding written by it too where that is all that is kept.
   if constexpr (std::is_same_v<T, float>)
-    if (current_device() == Device::CUDA && (bias || relu)) {
-      const bool ran = cuda::linear_forward_epilogue(blas(stream()), x, x16, rows, in, out, W,
-                                                     bias, relu, y);
-      say_once(lt_forward_said, "a Linear's bias and ReLU", [&] {
-        return ran ? "in cuBLASLt's epilogue"
-                   : "a pass after the GEMM (cuBLASLt has no epilogue for the shape)";
-      });
-      if (ran) return;
+    if (current_device() == Device::CUDA && (bias || relu || y16)) {
+      cuda::Blas& b = blas(stream());
+      const bool ran16 = y16 && current_context().gemm_bf16_outputs &&
+                         cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias, relu,
+                                                       nullptr, y16);
+      const bool ran = ran16 || ((bias || relu) && cuda::linear_forward_epilogue(
+                                                       b, x, x16, rows, in, out, W, bias, relu,
+                                                       y, nullptr));
+      say_once(y16 ? lt_forward16_said : lt_forward_said,
+               y16 ? "a Linear's bf16 output" : "a Linear's bias and ReLU", [&] {
+                 return ran16 ? "in cuBLASLt's epilogue"
+                        : ran ? "the bias and ReLU in cuBLASLt's epilogue, a rounding pass"
+                              : "passes after the GEMM (no cuBLASLt epilogue for the shape)";
+               });
+      if (ran16) return;
+      if (ran) {
+        if (y16) round_bf16(y, size_t(rows) * out, y16);
+        return;
+      }
     }
 #endif
   gemm_kept<T>(false, true, rows, out, in, x, x16, in, W, nullptr, in, T(0), y, out);
@@ -199,6 +213,8 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
     relu_forward<T>(y, size_t(rows) * out, y);
   else if (bias)
     add_bias<T>(y, bias, rows, out);
+  if constexpr (std::is_same_v<T, float>)
+    if (y16) round_bf16(y, size_t(rows) * out, y16);
 }
 
 template <class T>
@@ -343,6 +359,18 @@ const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d,
 }
 template const uint16_t* attention_ctx_bf16<float>(const float*, int, int, int, int);
 template const uint16_t* attention_ctx_bf16<double>(const double*, int, int, int, int);
+template <class T>
+uint16_t* attention_qkv_bf16(T* saved, int nseq, int seq_len, int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_inputs_in_bf16<T>() && attention_path(nseq, seq_len, d, heads) == AttentionPath::cudnn)
+      return cuda::cudnn_attention_qkv16(saved, nseq, seq_len, d, heads);
+#endif
+  (void)saved, (void)nseq, (void)seq_len, (void)d, (void)heads;
+  return nullptr;
+}
+template uint16_t* attention_qkv_bf16<float>(float*, int, int, int, int);
+template uint16_t* attention_qkv_bf16<double>(double*, int, int, int, int);
 template <class T>
 const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int d, int heads) {
 #ifdef PN_HAVE_CUDA

@@ -40,6 +40,11 @@ bool attention_backward_reads_qkv(int nseq, int seq_len, int d, int heads);
 // projection nor that path's backward reads one. Null elsewhere.
 template <class T>
 const uint16_t* attention_ctx_bf16(const T* saved, int nseq, int seq_len, int d, int heads);
+// Likewise for its input: where attention_forward rounds q|k|v to bf16 into `saved` (cuDNN's
+// SDPA) and the layers keep GEMM inputs in bf16, where the QKV projection may write that
+// rounding itself (Linear::forward's y16): then attention_forward may be given no qkv (null).
+template <class T>
+uint16_t* attention_qkv_bf16(T* saved, int nseq, int seq_len, int d, int heads);
 // Likewise for the backward: where attention_backward computes dqkv in bf16 inside `scratch`
 // (cuDNN's SDPA) and the layers keep GEMM inputs in bf16, that bf16 dqkv, the QKV projection's
 // dy16: then attention_backward may be given no fp32 dqkv (null). Null elsewhere.

@@ -28,11 +28,13 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   T* q = keep ? (qkv.resize(rows * 3 * dim), qkv.data()) : ws->take(ws->qkv, rows * 3 * dim);
   qkv_saved = keep ? q : nullptr;
   saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));
-  // Where the attention keeps its output in bf16 for the projection, there is no fp32 ctx.
+  // Where the attention keeps its output in bf16 for the projection, there is no fp32 ctx; where
+  // it reads q|k|v in bf16, the projection writes that rounding into `saved` itself (q scratch).
   ctx16 = k::attention_ctx_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
   if (!ctx16) ctx.resize(rows * dim);
-  qkv_proj.forward(x, int(rows), q, false, x16);
-  k::attention_forward<T>(q, nseq, seq_len, dim, heads, saved.data(),
+  uint16_t* qkv16 = k::attention_qkv_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
+  qkv_proj.forward(x, int(rows), q, false, x16, qkv16);
+  k::attention_forward<T>(qkv16 ? nullptr : q, nseq, seq_len, dim, heads, saved.data(),
                           ctx16 ? nullptr : ctx.data());
   out_proj.forward(ctx16 ? nullptr : ctx.data(), int(rows), y, false, ctx16);
 }

@@ -14,9 +14,10 @@ Linear<T>::Linear(ParamStore<T>& s, const std::string& name, int in_features, in
 }
 
 template <class T>
-void Linear<T>::forward(const T* x, int rows, T* y, bool relu, const uint16_t* x16) const {
+void Linear<T>::forward(const T* x, int rows, T* y, bool relu, const uint16_t* x16,
+                        uint16_t* y16) const {
   k::linear_forward<T>(x, x16, rows, in, out, store->p(w), b >= 0 ? store->p(b) : nullptr, relu,
-                       y);
+                       y, y16);
 }
 
 template <class T>

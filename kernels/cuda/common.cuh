@@ -51,7 +51,8 @@ enum ScratchSlot {
   kSlotCudnn = 7,  // cuDNN's attention: the workspace its plan asks for
   kSlotLt = 8,     // cuBLASLt's matmul workspace (the Linear's epilogues)
   kSlotBiasGrad = 9,  // the bias gradient cuBLASLt's BGRADB writes, before it is accumulated
-  kSlotCount = 10
+  kSlotBias16 = 10,   // a bias rounded to bf16 for a cuBLASLt epilogue with a bf16 output
+  kSlotCount = 11
 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }

@@ -86,9 +86,11 @@ struct Blas {
 // and the ReLU in its epilogue; false where cuBLASLt has no algorithm for the shape or refuses
 // the call (k::linear_forward then runs gemm and one pass; at most the bf16 roundings of the
 // operands were queued, which gemm makes again). Both read x16, x's kept bf16 rounding, instead
-// of x where it is not null (as gemm_bf16_inputs).
+// of x where it is not null (as gemm_bf16_inputs). y16: where not null, the epilogue writes y's
+// bf16 rounding there instead of y (y unused), under bf16 math only.
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
-                             int out, const float* W, const float* bias, bool relu, float* y);
+                             int out, const float* W, const float* bias, bool relu, float* y,
+                             uint16_t* y16);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
 // one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
 // then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.
@@ -131,12 +133,16 @@ void copy(const float* x, size_t n, float* y, cudaStream_t s);
 
 // The causal attention on cuDNN's fused SDPA (cudnn_attention.cu, through cudnn_sdpa.h): "" when
 // cuDNN runs this shape here, else why not. saved and scratch: cudnn_attention_saved_size()
-// floats; the backward reads qkv and ctx from `saved` (their bf16 copies).
+// floats; the backward reads qkv and ctx from `saved` (their bf16 copies). The forward's qkv
+// null: its bf16 copy is in `saved` already (cudnn_attention_qkv16).
 std::string cudnn_attention_unsupported(int nseq, int seq_len, int d, int heads);
 size_t cudnn_attention_saved_size(int nseq, int seq_len, int d, int heads);
 // The bf16 ctx that cudnn_attention_forward keeps in `saved` (rows x d, k::round_bf16's bits).
 const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int seq_len, int d,
                                       int heads);
+// Where cudnn_attention_forward keeps q|k|v in bf16 inside `saved` (rows x 3d): a QKV projection
+// may write it there itself, and the forward then be given no fp32 qkv (null).
+uint16_t* cudnn_attention_qkv16(float* saved, int nseq, int seq_len, int d, int heads);
 // The bf16 dqkv that cudnn_attention_backward leaves in its `scratch` (rows x 3d): cuDNN's own
 // output, which it widens into dqkv only where given one.
 const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int seq_len, int d);

@@ -1,7 +1,8 @@
 // The causal attention of --precision bf16 on a GPU through cuDNN's fused SDPA (the library
 // boundary is kernels/cuda/cudnn_sdpa.h): the fp32 activations in, rounded to bf16 once, and
 // out again, so the layers see the same buffers as on every other path.
-//   forward:  qkv16 = bf16(qkv); o16, lse = sdpa(qkv16); ctx = float(o16) (where asked for:
+//   forward:  qkv16 = bf16(qkv) (where not written by the projection, k::attention_qkv_bf16);
+//             o16, lse = sdpa(qkv16); ctx = float(o16) (where asked for:
 //             a layer keeping GEMM inputs in bf16 reads o16, k::attention_ctx_bf16)
 //   backward: dout16 = bf16(dctx); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
 //             dqkv = float(dqkv16) (where asked for: a layer keeping GEMM inputs in bf16 gives
@@ -50,6 +51,10 @@ const uint16_t* cudnn_attention_ctx16(const float* saved, int nseq, int T, int d
   return reinterpret_cast<const uint16_t*>(saved + saved_layout(nseq, T, d, heads).o16);
 }
 
+uint16_t* cudnn_attention_qkv16(float* saved, int nseq, int T, int d, int heads) {
+  return reinterpret_cast<uint16_t*>(saved + saved_layout(nseq, T, d, heads).qkv16);
+}
+
 // Where the backward leaves dqkv16 in its scratch: after dout16, 16-byte aligned.
 size_t dqkv16_offset(int nseq, int T, int d) { return (size_t(nseq) * T * d + 7) / 8 * 4; }
 const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int T, int d) {
@@ -64,7 +69,7 @@ void cudnn_attention_forward(const float* qkv, int nseq, int T, int d, int heads
   const SdpaShape shape = shape_of(nseq, T, d, heads);
   auto* qkv16 = reinterpret_cast<bf16*>(saved + l.qkv16);
   auto* o16 = reinterpret_cast<bf16*>(saved + l.o16);
-  to_bf16(qkv, rows * 3 * d, qkv16, s);
+  if (qkv) to_bf16(qkv, rows * 3 * d, qkv16, s);  // none where the projection wrote qkv16
   void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
   sdpa_forward(shape, qkv16, o16, saved + l.lse, workspace, s);
   if (ctx) from_bf16(o16, rows * d, ctx, s);  // none where the projection reads o16 itself

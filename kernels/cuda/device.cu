@@ -94,7 +94,11 @@ struct LtPlan {
 };
 // Column-major, as cuBLASLt reads it: (trans a, trans b, m, n, k, lda, ldb, ldd, epilogue, bf16
 // operands, the operands' alignment in bytes).
-using LtKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, uint32_t>;
+// D's type, and with it the bias's: fp32 and fp32; bf16 with an fp32 bias; bf16 with a bf16 bias
+// (cuBLASLt's default for a bf16 D, as autocast's bf16 Linear adds it).
+enum class LtOut { fp32, bf16, bf16_bias16 };
+// {transa, transb, m, n, k, lda, ldb, ldd, epilogue, bf16 inputs, alignment, output}
+using LtKey = std::tuple<bool, bool, int, int, int, int, int, int, int, bool, uint32_t, LtOut>;
 using LtPlans = std::map<LtKey, LtPlan>;
 void destroy(LtPlan& p) {
   if (p.desc) cublasLtMatmulDescDestroy(p.desc);
@@ -221,7 +225,7 @@ constexpr size_t kLtWorkspace = size_t(32) << 20;  // what cuBLASLt may use per 
 
 // The plan of one shape (ok = false where cuBLASLt has no algorithm for it): column-major
 // D[m, n] = op(A)[m, k] op(B)[k, n] (+ beta D), A stored [ta ? k : m] x [ta ? m : k] with leading
-// dimension lda, likewise B, D fp32. align: the operands' common alignment, which the heuristic
+// dimension lda, likewise B, D of the key's LtOut. align: the operands' common alignment, which the heuristic
 // is told (it assumes 256 bytes otherwise, and a weight inside the parameter buffer may be
 // aligned to 4).
 LtPlan& lt_plan(Blas& b, const LtKey& key) {
@@ -234,11 +238,15 @@ LtPlan& lt_plan(Blas& b, const LtKey& key) {
     b.lt = nullptr;
     return p;
   }
-  const auto [tra, trb, m, n, k, lda, ldb, ldd, epilogue, bf16, align] = key;
+  const auto [tra, trb, m, n, k, lda, ldb, ldd, epilogue, bf16, align, out] = key;
+  const bool d_bf16 = out != LtOut::fp32;
   const cudaDataType_t in_type = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t math = bf16 ? CUBLAS_COMPUTE_32F : compute(b);
   const int32_t ta = tra ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const uint32_t ep = uint32_t(epilogue);
+  const int32_t bias_type = out == LtOut::bf16_bias16 ? CUDA_R_16BF : CUDA_R_32F;
+  const bool has_bias =
+      epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
   cublasLtMatmulHeuristicResult_t result{};
@@ -251,11 +259,15 @@ LtPlan& lt_plan(Blas& b, const LtKey& key) {
           CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) ==
           CUBLAS_STATUS_SUCCESS &&
+      (!d_bf16 || !has_bias ||
+       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                      sizeof bias_type) == CUBLAS_STATUS_SUCCESS) &&
       cublasLtMatrixLayoutCreate(&p.a, in_type, tra ? k : m, tra ? m : k, lda) ==
           CUBLAS_STATUS_SUCCESS &&
       cublasLtMatrixLayoutCreate(&p.b, in_type, trb ? n : k, trb ? k : n, ldb) ==
           CUBLAS_STATUS_SUCCESS &&
-      cublasLtMatrixLayoutCreate(&p.d, CUDA_R_32F, m, n, ldd) == CUBLAS_STATUS_SUCCESS &&
+      cublasLtMatrixLayoutCreate(&p.d, d_bf16 ? CUDA_R_16BF : CUDA_R_32F, m, n, ldd) ==
+          CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                            sizeof ws) == CUBLAS_STATUS_SUCCESS &&
@@ -289,7 +301,7 @@ uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
 // D = op(A) op(B) + beta D on the plan of `key`, its epilogue reading or writing `vec` (the bias,
 // or the bias gradient); false where cuBLASLt has no algorithm for the shape or refuses the call
 // (then never again for this shape).
-bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float beta, float* D,
+bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float beta, void* D,
                const void* vec) {
   LtPlan& p = lt_plan(b, key);
   if (!p.ok) return false;
@@ -310,12 +322,17 @@ bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float be
 }  // namespace
 
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
-                             int out, const float* W, const float* bias, bool relu, float* y) {
+                             int out, const float* W, const float* bias, bool relu, float* y,
+                             uint16_t* y16) {
   if (rows == 0 || out == 0) return true;
   if (in == 0) return false;  // no products: gemm writes the zeros
   const cublasLtEpilogue_t epilogue =
-      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS) : CUBLASLT_EPILOGUE_RELU;
+      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const bool bf16 = b.math == GemmMath::bf16;
+  if (y16 && !bf16) return false;
+  void* d = y16 ? static_cast<void*>(y16) : static_cast<void*>(y);
+  const LtOut d_type = y16 ? LtOut::bf16 : LtOut::fp32;
   const void* w_op = W;
   const void* x_op = x16 ? kept_bf16(b, x16) : static_cast<const void*>(x);
   if (bf16) {
@@ -325,8 +342,13 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
   // y^T [out, rows] = W^T^T x^T: W stored [in, out] (ld in) and transposed, x stored [in, rows]
   // (ld in), the bias one value per row of y^T.
   const LtKey key{true, false, out, rows, in, in, in, out, int(epilogue), bf16,
-                  common_alignment({w_op, x_op, y})};
-  return lt_matmul(b, key, w_op, x_op, 0.f, y, bias);
+                  common_alignment({w_op, x_op, d}), d_type};
+  if (lt_matmul(b, key, w_op, x_op, 0.f, d, bias)) return true;
+  if (!y16 || !bias) return false;
+  // A bf16 D whose bias cuBLASLt takes only in bf16: the bias's rounding (the weights' copy).
+  LtKey key16 = key;
+  std::get<11>(key16) = LtOut::bf16_bias16;
+  return lt_matmul(b, key16, w_op, x_op, 0.f, d, bf16_operand(b, bias, size_t(out), kSlotBias16));
 }
 
 bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
@@ -346,7 +368,7 @@ bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, c
   float* sums = static_cast<float*>(cuda_scratch(kSlotBiasGrad, size_t(out) * sizeof(float),
                                                  b.stream));
   const LtKey key{false, true, in, out, rows, in, out, in, int(CUBLASLT_EPILOGUE_BGRADB), bf16,
-                  common_alignment({x_op, dy_op, dW, sums})};
+                  common_alignment({x_op, dy_op, dW, sums}), LtOut::fp32};
   if (!lt_matmul(b, key, x_op, dy_op, 1.f, dW, sums)) return false;
   add_inplace(db, sums, size_t(out), b.stream);  // the epilogue writes; gradients accumulate
   return true;

@@ -90,7 +90,7 @@ TEST(CudaKernels, LinearForwardEpilogueIsTheCpusLinear) {
         EXPECT_TRUE(cuda::linear_forward_epilogue(blas, dx.data(), nullptr, rows, in, out,
                                                   dw.data() + 1,
                                                   with_bias ? db.data() : nullptr, relu,
-                                                  dy.data()));
+                                                  dy.data(), nullptr));
         EXPECT_EQ(blas.lt_calls - before, 1u);
         std::vector<float> y(size_t(rows) * out);
         k::cpu::gemm<float>(false, true, rows, out, in, 1.f, xr.data(), in, wr.data() + 1, in,
@@ -102,6 +102,25 @@ TEST(CudaKernels, LinearForwardEpilogueIsTheCpusLinear) {
         else
           k::cpu::add_bias<float>(y.data(), bias.data(), rows, out);
         expect_close("linear_forward", dy.download(), y, 1e-5, 1e-5);
+        if (math != GemmMath::bf16) continue;
+        // The bf16 output from the epilogue: y's rounding, to one bf16 unit (the bias added in
+        // bf16 where cuBLASLt takes it only so: half a unit of the bias more).
+        DBuf<uint16_t> dy16(size_t(rows) * out);
+        EXPECT_TRUE(cuda::linear_forward_epilogue(blas, dx.data(), nullptr, rows, in, out,
+                                                  dw.data() + 1,
+                                                  with_bias ? db.data() : nullptr, relu,
+                                                  nullptr, dy16.data()));
+        const std::vector<uint16_t> y16 = dy16.download();
+        int off = 0;
+        for (size_t i = 0; i < y.size(); ++i) {
+          uint32_t bits = uint32_t(y16[i]) << 16;
+          float got;
+          std::memcpy(&got, &bits, sizeof got);
+          const double slack = std::ldexp(std::fabs(y[i]), -8) +
+                               (with_bias ? std::ldexp(std::fabs(bias[i % out]), -8) : 0) + 1e-6;
+          off += std::fabs(got - y[i]) > slack;
+        }
+        EXPECT_EQ(off, 0) << "of " << y.size() << " bf16 outputs";
       }
   }
 }
