@@ -181,6 +181,7 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
                     const T* bias, bool relu, T* y, uint16_t* y16) {
   if (y16 && !gemm_inputs_in_bf16<T>())
     throw std::logic_error("linear_forward: a bf16 output where GEMMs read no bf16");
+  if (!y && !y16) throw std::logic_error("linear_forward: no output");
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias and the ReLU in cuBLASLt's epilogue where it runs the shape, and the
   // output's bf16 rounding written by it too where that is all that is kept.
@@ -190,6 +191,7 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
       const bool ran16 = y16 && current_context().gemm_bf16_outputs &&
                          cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias, relu,
                                                        nullptr, y16);
+      if (!ran16 && !y) y = cuda::linear_output_scratch(size_t(rows) * out, stream());
       const bool ran = ran16 || ((bias || relu) && cuda::linear_forward_epilogue(
                                                        b, x, x16, rows, in, out, W, bias, relu,
                                                        y, nullptr));

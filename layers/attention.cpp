@@ -23,18 +23,21 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
   nseq = num_seq;
   seq_len = seq_length;
   const size_t rows = size_t(nseq) * seq_len;
-  // Where the backward reads q|k|v from `saved` (cuDNN's bf16 copy) they are a transient.
-  const bool keep = k::attention_backward_reads_qkv<T>(nseq, seq_len, dim, heads);
-  T* q = keep ? (qkv.resize(rows * 3 * dim), qkv.data()) : ws->take(ws->qkv, rows * 3 * dim);
-  qkv_saved = keep ? q : nullptr;
   saved.resize(k::attention_saved_size(nseq, seq_len, dim, heads));
-  // Where the attention keeps its output in bf16 for the projection, there is no fp32 ctx; where
-  // it reads q|k|v in bf16, the projection writes that rounding into `saved` itself (q scratch).
+  // Where the attention reads q|k|v in bf16, the projection writes that rounding into `saved`
+  // itself: no fp32 q|k|v. Where the backward reads them from `saved` (cuDNN's bf16 copy), fp32
+  // ones are a transient.
+  uint16_t* qkv16 = k::attention_qkv_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
+  const bool keep = k::attention_backward_reads_qkv<T>(nseq, seq_len, dim, heads);
+  T* q = qkv16  ? nullptr
+         : keep ? (qkv.resize(rows * 3 * dim), qkv.data())
+                : ws->take(ws->qkv, rows * 3 * dim);
+  qkv_saved = keep ? q : nullptr;
+  // Where the attention keeps its output in bf16 for the projection, there is no fp32 ctx.
   ctx16 = k::attention_ctx_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
   if (!ctx16) ctx.resize(rows * dim);
-  uint16_t* qkv16 = k::attention_qkv_bf16<T>(saved.data(), nseq, seq_len, dim, heads);
   qkv_proj.forward(x, int(rows), q, false, x16, qkv16);
-  k::attention_forward<T>(qkv16 ? nullptr : q, nseq, seq_len, dim, heads, saved.data(),
+  k::attention_forward<T>(q, nseq, seq_len, dim, heads, saved.data(),
                           ctx16 ? nullptr : ctx.data());
   out_proj.forward(ctx16 ? nullptr : ctx.data(), int(rows), y, false, ctx16);
 }

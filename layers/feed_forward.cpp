@@ -13,7 +13,7 @@ template <class T>
 void FeedForward<T>::forward(const T* x, int num_rows, T* y, const uint16_t* x16) {
   rows = num_rows;
   const size_t n = size_t(rows) * fc1.out;
-  const auto [h, h16] = hidden.begin_with_rounding(n, ws->hidden);
+  const auto [h, h16] = hidden.begin_either(n);
   fc1.forward(x, rows, h, /*relu=*/true, x16, h16);
   fc2.forward(hidden.x, rows, y, false, hidden.x16);
 }

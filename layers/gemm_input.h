@@ -2,9 +2,8 @@
 // feed-forward's hidden layer), kept from its forward for the weight gradient of its backward.
 // Kept in T, or, where the context's GEMMs read bf16 (k::gemm_inputs_in_bf16: a GPU at
 // --precision bf16), only as its bf16 rounding, the one the GEMMs would otherwise make at each
-// call: a producer that can write the rounding alone (a norm) writes it there (begin_either);
-// a GEMM writes it beside its T values in a transient of the model's Workspace, gone by the
-// backward (begin_with_rounding; on a GPU cuBLASLt's epilogue writes the rounding instead).
+// call: its producer writes the rounding alone (begin_either): a norm, or a Linear, whose
+// cuBLASLt epilogue writes it on a GPU (k::linear_forward's y16).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +12,6 @@
 
 #include "kernels/buffer.h"
 #include "kernels/kernels.h"
-#include "layers/workspace.h"
 
 namespace pn {
 
@@ -24,17 +22,8 @@ struct GemmInput {
   const T* x = nullptr;           // the T values of the last forward (null where kept in bf16)
   const uint16_t* x16 = nullptr;  // the rounding, or null
 
-  // Where a GEMM writes the next forward's n values: {`full`, null}, or where kept in bf16 {a
-  // transient (scratch), the rounding's storage}, both of which it writes (k::linear_forward's
-  // y and y16).
-  std::pair<T*, uint16_t*> begin_with_rounding(size_t n, Buf<T>& transient) {
-    if (!k::gemm_inputs_in_bf16<T>()) return begin_either(n);
-    half.resize(n);
-    x = nullptr, x16 = half.data();
-    return {Workspace<T>::take(transient, n), half.data()};
-  }
-  // Where a producer that writes bf16 itself (a norm) puts the next forward's n values: {`full`,
-  // null}, or where kept in bf16 {null, the rounding's storage} (no T values exist then).
+  // Where the producer puts the next forward's n values: {`full`, null}, or where kept in bf16
+  // {null, the rounding's storage} (no T values exist then).
   std::pair<T*, uint16_t*> begin_either(size_t n) {
     if (!k::gemm_inputs_in_bf16<T>()) {
       full.resize(n);

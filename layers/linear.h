@@ -19,7 +19,7 @@ struct Linear {
   // relu: y = max(x W^T + b, 0), bias and ReLU in one pass (on a GPU, the GEMM's epilogue).
   // x16: where not null, x's bf16 rounding kept by the caller (k::gemm_inputs_in_bf16), which the
   // GEMMs read instead of x (x may then be null). y16: where not null (likewise), y's bf16
-  // rounding is written there and y is scratch (k::linear_forward).
+  // rounding is written there and y is scratch, which may be null (k::linear_forward).
   void forward(const T* x, int rows, T* y, bool relu = false, const uint16_t* x16 = nullptr,
                uint16_t* y16 = nullptr) const;
   // dx (may be null) is overwritten; parameter gradients accumulate. dy16: where not null, dy's

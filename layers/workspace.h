@@ -16,9 +16,6 @@ struct Workspace {
   Buf<T> dqkv, dq, dkv, dctx, attn_scratch;  // an attention backward's inner gradients
   Buf<T> dhidden;       // a feed-forward backward's gradient of its hidden layer
   Buf<T> branch;        // a block branch's output, consumed by the residual add that follows
-  // The T values of the feed-forward's hidden layer while fc2 runs, where the layer keeps it only
-  // as its bf16 rounding (layers/gemm_input.h).
-  Buf<T> hidden;
 
   // The first n elements of b, growing it where it is shorter. It never shrinks, so a later,
   // smaller call keeps the memory and nothing is zeroed again between calls; callers overwrite

@@ -52,7 +52,8 @@ enum ScratchSlot {
   kSlotLt = 8,     // cuBLASLt's matmul workspace (the Linear's epilogues)
   kSlotBiasGrad = 9,  // the bias gradient cuBLASLt's BGRADB writes, before it is accumulated
   kSlotBias16 = 10,   // a bias rounded to bf16 for a cuBLASLt epilogue with a bf16 output
-  kSlotCount = 11
+  kSlotLinearOut = 11,  // a Linear's fp32 output where cuBLASLt cannot write its bf16 rounding
+  kSlotCount = 12
 };
 
 __device__ __forceinline__ bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }

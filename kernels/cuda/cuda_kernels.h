@@ -91,6 +91,8 @@ struct Blas {
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
                              int out, const float* W, const float* bias, bool relu, float* y,
                              uint16_t* y16);
+// Scratch for the fp32 y of a k::linear_forward given only y16, where no epilogue writes y16.
+float* linear_output_scratch(size_t n, cudaStream_t s);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
 // one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
 // then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.

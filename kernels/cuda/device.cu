@@ -351,6 +351,10 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
   return lt_matmul(b, key16, w_op, x_op, 0.f, d, bf16_operand(b, bias, size_t(out), kSlotBias16));
 }
 
+float* linear_output_scratch(size_t n, cudaStream_t s) {
+  return scratch_as<float>(kSlotLinearOut, n, s);
+}
+
 bool linear_weight_grad_epilogue(Blas& b, const float* x, const uint16_t* x16, const float* dy,
                                  const uint16_t* dy16, int rows, int in, int out, float* dW,
                                  float* db) {
