@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -25,6 +26,20 @@ inline std::vector<double> randn(size_t n, uint64_t seed, double scale = 1.0, do
 inline void randomize(ParamStore<double>& s, uint64_t seed) {
   const std::vector<double> r = randn(s.data.size(), seed, 0.5);
   for (size_t i = 0; i < r.size(); ++i) s.data[i] += r[i];
+}
+
+// Two flat gradient buffers of the same model equal to rtol of the largest |want|, which must be
+// above 1e-3 (gradients that vanish would make the equality say nothing).
+template <class G>
+void expect_same_gradients(const G& got, const G& want, double rtol) {
+  ASSERT_EQ(got.size(), want.size());
+  double diff = 0, largest = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(got[i] - want[i]));
+    largest = std::max(largest, std::abs(want[i]));
+  }
+  EXPECT_GT(largest, 1e-3);
+  EXPECT_LT(diff, rtol * largest);
 }
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
