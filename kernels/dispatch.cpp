@@ -197,9 +197,9 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
                                                        y, nullptr));
       say_once(y16 ? lt_forward16_said : lt_forward_said,
                y16 ? "a Linear's bf16 output" : "a Linear's bias and ReLU", [&] {
-                 return ran16 ? "in cuBLASLt's epilogue"
-                        : ran ? "the bias and ReLU in cuBLASLt's epilogue, a rounding pass"
-                              : "passes after the GEMM (no cuBLASLt epilogue for the shape)";
+                 if (ran16 || (ran && !y16)) return "in cuBLASLt's epilogue";
+                 return ran ? "a rounding pass after cuBLASLt's epilogue (bias, ReLU)"
+                            : "passes after the GEMM (no cuBLASLt epilogue for the shape)";
                });
       if (ran16) return;
       if (ran) {
