@@ -769,8 +769,9 @@ NORM_STYLE = {"layer": ("C0", "x", "-"), "batch": ("C1", "s", "--"), "power_v": 
 
 def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
     """The Figure 5 analog: test perplexity at the best validation against m, per norm a line
-    through each seed's cells (the first seed solid and filled, the others open), a bar over
-    the seeds' range where an m has several, and LN's seeds as a band (m does not apply)."""
+    through the mean over the seeds that have each m (their number in the legend), each seed's
+    cell an open marker, a bar over the seeds' range, and LN's seeds as a band (m does not
+    apply)."""
     labels = {v[0]: v[1] for v in vlist}
     keys = [v[0] for v in vlist if any(k == v[0] for k, _, _ in by)]
     fig, ax = plt.subplots(figsize=(9.6, 4.8))
@@ -779,37 +780,36 @@ def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
         mean = sum(ln.values()) / len(ln)
         ax.axhspan(lo - 0.02, hi + 0.02, color="C0", alpha=0.18, lw=0)
         ax.axhline(mean, color="C0", lw=1.4, label="LN (m not used): %s %s" % (
-            "seeds %s, range" % ",".join(map(str, sorted(ln))) if len(ln) > 1 else
+            "mean of seeds %s, range" % ",".join(map(str, sorted(ln))) if len(ln) > 1 else
             "seed %d" % next(iter(ln)), "%.2f-%.2f" % (lo, hi) if len(ln) > 1 else "%.2f" % lo))
     n = len(keys)
     for i, key in enumerate(keys):
         color, marker, ls = NORM_STYLE.get(key, ("C%d" % (i + 5), "o", "-"))
         shift = 2 ** (0.05 * (i - (n - 1) / 2))  # side by side at each m
-        for j, seed in enumerate(seeds):
-            pts = [(m, by[(key, seed, m)]["test_ppl"]) for m in minis
-                   if (key, seed, m) in by and math.isfinite(by[(key, seed, m)]["test_ppl"])]
-            if not pts:
-                continue
-            first = j == 0
-            ax.plot([m * shift for m, _ in pts], [p for _, p in pts], ls=ls if first else "none",
-                    marker=marker, color=color, ms=7 if first else 6,
-                    mfc=color if first else "white", lw=1.6,
-                    label="%s, seed %d" % (labels[key], seed) if first or len(pts) > 1 else
-                    "%s, seed %d (m = %s)" % (labels[key], seed,
-                                               ", ".join(str(m) for m, _ in pts)))
+        means, counts = [], []
         for m in minis:
             vals = [by[(key, s, m)]["test_ppl"] for s in seeds if (key, s, m) in by and
                     math.isfinite(by[(key, s, m)]["test_ppl"])]
+            if not vals:
+                continue
+            means.append((m * shift, sum(vals) / len(vals)))
+            counts.append(len(vals))
+            ax.plot([m * shift] * len(vals), vals, ls="none", marker=marker, ms=5, mfc="white",
+                    color=color, alpha=0.8)
             if len(vals) > 1:
                 ax.plot([m * shift] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
+        if means:
+            ax.plot([x for x, _ in means], [p for _, p in means], ls=ls, marker=marker,
+                    color=color, ms=7, lw=1.6, label="%s: mean of %s seeds" % (
+                        labels[key], "/".join(str(c) for c in counts)))
     ax.set_xscale("log", base=2)
     ax.set_xticks(minis)
     ax.set_xticklabels([str(m) for m in minis])
     ax.minorticks_off()
     ax.set_xlabel("statistics mini-batch m (tokens), every update %d tokens" % U)
     ax.set_ylabel("test perplexity at the best validation")
-    ax.set_title("Figure 5 analog (%s budget): lower is better; vertical bars: the range "
-                 "over seeds" % preset, fontsize=10)
+    ax.set_title("Figure 5 analog (%s budget): lower is better; filled: the mean over seeds, "
+                 "open: each seed, bars: their range" % preset, fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.savefig(path, dpi=110, bbox_inches="tight")
