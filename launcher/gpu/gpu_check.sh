@@ -277,8 +277,10 @@ if [[ "$ONLY" == *",reproduce,"* ]]; then
   [ -d "$ROOT/$cells" ] && cp -r "$ROOT/$cells/." "$OUT/$cells/"
   # The preset reads PTB from ../shared/data/ptb beside the tree, on every machine alike (the
   # cells' recorded commands name it so); here it is the bundle's copy.
+  # A link left by an earlier call on the same machine points into that call's unpacked bundle,
+  # which is gone: replace it (a real folder of the corpus stays).
   if [ ! -e "$ROOT/../shared/data/ptb" ] && [ -d "$B/ptb" ]; then
-    mkdir -p "$ROOT/../shared/data" && ln -s "$B/ptb" "$ROOT/../shared/data/ptb"
+    mkdir -p "$ROOT/../shared/data" && ln -sfn "$B/ptb" "$ROOT/../shared/data/ptb"
   fi
   left=$((BUDGET - 10 - SECONDS))
   # The budget ends reproduce.py with SIGINT (its cell's processes end with it); the cells that
