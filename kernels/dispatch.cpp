@@ -143,7 +143,8 @@ void say_once(std::once_flag& flag, const char* what, const Line& line) {
     std::fprintf(stderr, "pntrain: %s: %s\n", what, std::string(line()).c_str());
   });
 }
-std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said;
+std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_relu_mask_said,
+    lt_drelu_said;
 }  // namespace
 #endif
 
@@ -159,6 +160,18 @@ bool gemm_inputs_in_bf16() {
 }
 template bool gemm_inputs_in_bf16<float>();
 template bool gemm_inputs_in_bf16<double>();
+
+template <class T>
+size_t relu_mask_bytes(int rows, int out) {
+#ifdef PN_HAVE_CUDA
+  if (gemm_inputs_in_bf16<T>() && current_context().gemm_bf16_outputs)
+    return size_t(rows) * ((size_t(out) + 127) / 128 * 16);
+#endif
+  (void)rows, (void)out;
+  return 0;
+}
+template size_t relu_mask_bytes<float>(int, int);
+template size_t relu_mask_bytes<double>(int, int);
 
 // A GEMM whose input may be kept in bf16 (A16 or B16 not null, which only gemm_inputs_in_bf16
 // allows): cuBLAS on the kept bits; else gemm.
@@ -177,8 +190,8 @@ void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t
 }
 
 template <class T>
-void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
-                    const T* bias, bool relu, T* y, uint16_t* y16) {
+bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
+                    const T* bias, bool relu, T* y, uint16_t* y16, uint8_t* relu_mask) {
   if (y16 && !gemm_inputs_in_bf16<T>())
     throw std::logic_error("linear_forward: a bf16 output where GEMMs read no bf16");
   if (!y && !y16) throw std::logic_error("linear_forward: no output");
@@ -188,6 +201,17 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && (bias || relu || y16)) {
       cuda::Blas& b = blas(stream());
+      if (relu_mask && relu && y16 && current_context().gemm_bf16_outputs) {
+        // The ReLU's mask too, for the backward's DRELU epilogue (linear_backward_into_relu).
+        const bool masked = cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias,
+                                                          relu, nullptr, y16, relu_mask);
+        say_once(lt_relu_mask_said, "a ReLU's mask", [&] {
+          return masked ? "in cuBLASLt's epilogue (RELU_AUX_BIAS) of the Linear before it"
+                        : "none (cuBLASLt has no RELU_AUX_BIAS for the shape): the backward "
+                          "masks in a pass of its own";
+        });
+        if (masked) return true;
+      }
       const bool ran16 = y16 && current_context().gemm_bf16_outputs &&
                          cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias, relu,
                                                        nullptr, y16);
@@ -201,13 +225,14 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
                  return ran ? "a rounding pass after cuBLASLt's epilogue (bias, ReLU)"
                             : "passes after the GEMM (no cuBLASLt epilogue for the shape)";
                });
-      if (ran16) return;
+      if (ran16) return false;
       if (ran) {
         if (y16) round_bf16(y, size_t(rows) * out, y16);
-        return;
+        return false;
       }
     }
 #endif
+  (void)relu_mask;
   gemm_kept<T>(false, true, rows, out, in, x, x16, in, W, nullptr, in, T(0), y, out);
   if (relu && bias)
     bias_relu_forward<T>(y, bias, rows, out);
@@ -217,6 +242,7 @@ void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
     add_bias<T>(y, bias, rows, out);
   if constexpr (std::is_same_v<T, float>)
     if (y16) round_bf16(y, size_t(rows) * out, y16);
+  return false;
 }
 
 template <class T>
@@ -263,6 +289,35 @@ void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t*
   else
     relu_backward<T>(y, dy, n, dy);
   linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, dW, nullptr);
+}
+
+template <class T>
+void linear_backward_into_relu(const uint16_t* x16, const T* dy, int rows, int in, int out,
+                               const T* W, T* dW, T* db, const uint8_t* relu_mask,
+                               uint16_t* dx16) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (current_device() == Device::CUDA && relu_mask && dx16) {
+      const Bf16Copy rounded(dy, size_t(rows) * out);  // dy rounded once for the three reads
+      // dW and db first: they read x16, which dx16 may overwrite.
+      linear_backward<T>(nullptr, x16, dy, nullptr, rows, in, out, W, nullptr, dW, db);
+      const bool ran = cuda::linear_input_grad_drelu(blas(stream()), dy, rows, in, out, W,
+                                                     relu_mask, dx16);
+      say_once(lt_drelu_said, "a ReLU's backward", [&] {
+        return ran ? "in cuBLASLt's epilogue (DRELU) of the input gradient's GEMM"
+                   : "a pass after the GEMM (cuBLASLt has no DRELU for the shape)";
+      });
+      if (ran) return;
+      const size_t n = size_t(rows) * in;
+      float* dh = cuda::linear_output_scratch(n, stream());
+      gemm<T>(false, false, rows, in, out, T(1), dy, out, W, in, T(0), dh, in);
+      return relu_backward_round_bf16(dx16, dh, n);  // dx16 holds the ReLU's output until here
+    }
+#endif
+  (void)x16, (void)dy, (void)rows, (void)in, (void)out, (void)W, (void)dW, (void)db;
+  (void)relu_mask, (void)dx16;
+  throw std::logic_error("linear_backward_into_relu: no ReLU mask on this context "
+                         "(linear_forward writes one only on a GPU at bf16)");
 }
 
 Bf16Copy::Bf16Copy(const float* x, size_t n) {

@@ -58,6 +58,12 @@ const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int
 // otherwise make at each call, so results are equal to the bit, in half the memory and passes.
 template <class T>
 bool gemm_inputs_in_bf16();
+// The bytes of linear_forward's relu_mask for a ReLU'd output [rows, out] on the current
+// context: one bit a value, each row's bits padded to a multiple of 128 (cuBLASLt's layout) where
+// a GPU's GEMMs read bf16 and write bf16 outputs (Context::gemm_bf16_outputs); 0 elsewhere (no
+// mask is kept there).
+template <class T>
+size_t relu_mask_bytes(int rows, int out);
 // A float matrix [rows, ld] overwritten row by row with its values' bf16 roundings, each row's in
 // the first half of its own bytes (softmax_xent_acc's grad_bf16): a bf16 matrix whose rows are
 // 2 ld apart, at the same address.

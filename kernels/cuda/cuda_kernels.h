@@ -87,10 +87,17 @@ struct Blas {
 // the call (k::linear_forward then runs gemm and one pass; at most the bf16 roundings of the
 // operands were queued, which gemm makes again). Both read x16, x's kept bf16 rounding, instead
 // of x where it is not null (as gemm_bf16_inputs). y16: where not null, the epilogue writes y's
-// bf16 rounding there instead of y (y unused), under bf16 math only.
+// bf16 rounding there instead of y (y unused), under bf16 math only. relu_mask: where not null
+// (with relu and y16), the epilogue is RELU_AUX(_BIAS) and writes the ReLU's mask there too
+// (k::relu_mask_bytes), or the call returns false.
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
                              int out, const float* W, const float* bias, bool relu, float* y,
-                             uint16_t* y16);
+                             uint16_t* y16, uint8_t* relu_mask = nullptr);
+// k::linear_backward_into_relu's input gradient: dx16 [rows, in] = bf16((dy W) where relu_mask
+// is set, else 0), one cuBLASLt matmul with the DRELU epilogue (bf16 math); false where cuBLASLt
+// has no algorithm for the shape or refuses the call (dx16 untouched then).
+bool linear_input_grad_drelu(Blas& b, const float* dy, int rows, int in, int out, const float* W,
+                             const uint8_t* relu_mask, uint16_t* dx16);
 // Scratch for the fp32 y of a k::linear_forward given only y16, where no epilogue writes y16.
 float* linear_output_scratch(size_t n, cudaStream_t s);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in

@@ -264,7 +264,7 @@ PY
     # Which library ran what in pntrain's bf16 runs (each says so once on stderr): cuDNN's
     # attention, the Linear's cuBLASLt epilogues.
     cat "$OUT"/vs_pytorch_*/pntrain_*bf16*.log 2>/dev/null |
-      grep -E '^pntrain: (attention|a Linear)' | sort | uniq -c >> "$OUT/report.txt"
+      grep -E '^pntrain: (attention|a Linear|a ReLU)' | sort | uniq -c >> "$OUT/report.txt"
   else
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi

@@ -172,6 +172,83 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
   }
 }
 
+// The feed-forward's ReLU carried by cuBLASLt's epilogues: k::linear_forward writes the ReLU's
+// mask (RELU_AUX_BIAS) beside its bf16 output, and k::linear_backward_into_relu gives the next
+// Linear's weight and bias gradients and, through that mask (DRELU), the bf16 gradient of the
+// ReLU's input over the output's own storage. Each is the CPU's result on the operands as the
+// GPU rounds them, to one bf16 unit, and the gradient is exactly 0 where the ReLU was off. The
+// hidden width, 136, pads each row's mask to 256 bits.
+TEST(CudaKernels, ReluMaskCarriesTheReluIntoTheBackwardEpilogue) {
+  PN_REQUIRE_GPU();
+  const int rows = 37, in = 48, hid = 136, out = 40;
+  const auto x = randf(size_t(rows) * in, 90), w1 = randf(size_t(hid) * in, 91),
+             b1 = randf(hid, 92), w2 = randf(size_t(out) * hid, 93),
+             dy = randf(size_t(rows) * out, 94), dw0 = randf(size_t(out) * hid, 95),
+             db0 = randf(out, 96);
+  auto rounded = [](std::vector<float> v) {
+    for (float& e : v) e = __bfloat162float(__float2bfloat16(e));
+    return v;
+  };
+  auto widened = [](const std::vector<uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint32_t bits = uint32_t(v[i]) << 16;
+      std::memcpy(&f[i], &bits, sizeof(float));
+    }
+    return f;
+  };
+  DeviceScope gpu(Device::CUDA, 0, GemmMath::bf16);
+  const size_t mask_bytes = k::relu_mask_bytes<float>(rows, hid);
+  ASSERT_EQ(mask_bytes, size_t(rows) * 256 / 8);
+  Buf<float> bx, bw1, bb1, bw2, bdy, bdw, bdb;
+  bx.from_host(x), bw1.from_host(w1), bb1.from_host(b1), bw2.from_host(w2), bdy.from_host(dy);
+  bdw.from_host(dw0), bdb.from_host(db0);
+  Buf<uint16_t> h16(size_t(rows) * hid), plain16(size_t(rows) * hid);
+  Buf<uint8_t> mask(mask_bytes);
+  EXPECT_FALSE(k::linear_forward<float>(bx.data(), nullptr, rows, in, hid, bw1.data(),
+                                        bb1.data(), true, nullptr, plain16.data(), nullptr))
+      << "no mask asked for, none written";
+  ASSERT_TRUE(k::linear_forward<float>(bx.data(), nullptr, rows, in, hid, bw1.data(), bb1.data(),
+                                       true, nullptr, h16.data(), mask.data()));
+  // The forward: the CPU's bias and ReLU on the rounded operands, to one bf16 unit (and half a
+  // unit of the bias, where cuBLASLt adds it in bf16).
+  std::vector<float> y(size_t(rows) * hid);
+  const auto xr = rounded(x), w1r = rounded(w1);
+  k::cpu::gemm<float>(false, true, rows, hid, in, 1.f, xr.data(), in, w1r.data(), in, 0.f,
+                      y.data(), hid);
+  k::cpu::bias_relu_forward<float>(y.data(), b1.data(), rows, hid);
+  const std::vector<float> h = widened(h16.to_host());
+  int off = 0;
+  for (size_t i = 0; i < y.size(); ++i)
+    off += std::fabs(h[i] - y[i]) > std::ldexp(std::fabs(y[i]) + std::fabs(b1[i % hid]), -8) + 1e-6;
+  EXPECT_EQ(off, 0) << "of " << y.size() << " bf16 outputs";
+
+  k::linear_backward_into_relu<float>(h16.data(), bdy.data(), rows, hid, out, bw2.data(),
+                                      bdw.data(), bdb.data(), mask.data(), h16.data());
+  const auto dyr = rounded(dy), w2r = rounded(w2);
+  std::vector<float> dW = dw0, db = db0, dh(size_t(rows) * hid);
+  k::cpu::gemm<float>(true, false, out, hid, rows, 1.f, dyr.data(), out, h.data(), hid, 1.f,
+                      dW.data(), hid);
+  k::cpu::bias_grad<float>(dyr.data(), rows, out, db.data());
+  expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
+  expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
+  k::cpu::gemm<float>(false, false, rows, hid, out, 1.f, dyr.data(), out, w2r.data(), hid, 0.f,
+                      dh.data(), hid);
+  const std::vector<float> got = widened(h16.to_host());
+  int on = 0, wrong = 0;
+  for (size_t i = 0; i < dh.size(); ++i) {
+    if (h[i] > 0.f) {
+      ++on;
+      wrong += std::fabs(got[i] - dh[i]) > std::ldexp(std::fabs(dh[i]), -8) + 1e-6;
+    } else {
+      wrong += got[i] != 0.f;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << dh.size() << " gradients";
+  EXPECT_GT(on, int(dh.size()) / 4);  // both sides of the ReLU are exercised
+  EXPECT_LT(on, int(dh.size()) * 3 / 4);
+}
+
 // A Linear's output gradient given as its bf16 rounding (dy16: the loss's, cuDNN attention's)
 // gives k::linear_backward on a bf16 GPU context the results of dy rounded at the call, to the
 // bit, with and without a bias; bias_grad_bf16 is bias_grad of the widened values, to the bit,
