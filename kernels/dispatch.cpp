@@ -144,7 +144,7 @@ void say_once(std::once_flag& flag, const char* what, const Line& line) {
   });
 }
 std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_relu_mask_said,
-    lt_drelu_said;
+    lt_drelu_said, lt_dx16_said;
 }  // namespace
 #endif
 
@@ -247,10 +247,32 @@ bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
 
 template <class T>
 void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
-                     int in, int out, const T* W, T* dx, T* dW, T* db) {
+                     int in, int out, const T* W, T* dx, uint16_t* dx16, T* dW, T* db) {
+  if (dx16 && !gemm_inputs_in_bf16<T>())
+    throw std::logic_error("linear_backward: a bf16 dx where GEMMs read no bf16");
   // bf16 GEMMs: dy rounded once for both, unless it came rounded
   const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
-  if (dx) gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
+  if (dx16) {
+#ifdef PN_HAVE_CUDA
+    // A GPU: the input gradient written in bf16 by the GEMM where cuBLASLt runs it.
+    if constexpr (std::is_same_v<T, float>) {
+      const bool ran = current_context().gemm_bf16_outputs &&
+                       cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W,
+                                                    nullptr, dx16);
+      say_once(lt_dx16_said, "a Linear's bf16 input gradient", [&] {
+        return ran ? "written by its GEMM (cuBLASLt)" : "a rounding pass after the GEMM";
+      });
+      if (!ran) {
+        const size_t n = size_t(rows) * in;
+        if (!dx) dx = cuda::linear_output_scratch(n, stream());
+        gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
+        round_bf16(dx, n, dx16);
+      }
+    }
+#endif
+  } else if (dx) {
+    gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
+  }
 #ifdef PN_HAVE_CUDA
   // A GPU: the bias gradient in cuBLASLt's epilogue where it runs the shape.
   if constexpr (std::is_same_v<T, float>)
@@ -278,17 +300,17 @@ void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t*
   if constexpr (std::is_same_v<T, float>)
     if (y16) {
       relu_backward_round_bf16(y16, dy, n);
-      return linear_backward<T>(x, x16, nullptr, y16, rows, in, out, W, dx, dW, db);
+      return linear_backward<T>(x, x16, nullptr, y16, rows, in, out, W, dx, nullptr, dW, db);
     }
   if (current_device() == Device::CUDA) {
     relu_backward<T>(y, dy, n, dy);
-    return linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, dW, db);
+    return linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, nullptr, dW, db);
   }
   if (db)
     relu_backward_bias_grad<T>(y, dy, rows, out, db);
   else
     relu_backward<T>(y, dy, n, dy);
-  linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, dW, nullptr);
+  linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, nullptr, dW, nullptr);
 }
 
 template <class T>
@@ -300,9 +322,9 @@ void linear_backward_into_relu(const uint16_t* x16, const T* dy, int rows, int i
     if (current_device() == Device::CUDA && relu_mask && dx16) {
       const Bf16Copy rounded(dy, size_t(rows) * out);  // dy rounded once for the three reads
       // dW and db first: they read x16, which dx16 may overwrite.
-      linear_backward<T>(nullptr, x16, dy, nullptr, rows, in, out, W, nullptr, dW, db);
-      const bool ran = cuda::linear_input_grad_drelu(blas(stream()), dy, rows, in, out, W,
-                                                     relu_mask, dx16);
+      linear_backward<T>(nullptr, x16, dy, nullptr, rows, in, out, W, nullptr, nullptr, dW, db);
+      const bool ran = cuda::linear_input_grad_bf16(blas(stream()), dy, nullptr, rows, in, out, W,
+                                                    relu_mask, dx16);
       say_once(lt_drelu_said, "a ReLU's backward", [&] {
         return ran ? "in cuBLASLt's epilogue (DRELU) of the input gradient's GEMM"
                    : "a pass after the GEMM (cuBLASLt has no DRELU for the shape)";
@@ -440,6 +462,18 @@ const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int
 }
 template const uint16_t* attention_dqkv_bf16<float>(const float*, int, int, int, int);
 template const uint16_t* attention_dqkv_bf16<double>(const double*, int, int, int, int);
+template <class T>
+uint16_t* attention_dctx_bf16(T* scratch, int nseq, int seq_len, int d, int heads) {
+#ifdef PN_HAVE_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (gemm_inputs_in_bf16<T>() && attention_path(nseq, seq_len, d, heads) == AttentionPath::cudnn)
+      return cuda::cudnn_attention_dout16(scratch);
+#endif
+  (void)scratch, (void)nseq, (void)seq_len, (void)d, (void)heads;
+  return nullptr;
+}
+template uint16_t* attention_dctx_bf16<float>(float*, int, int, int, int);
+template uint16_t* attention_dctx_bf16<double>(double*, int, int, int, int);
 
 template <class T>
 void attention_forward(const T* qkv, int nseq, int seq_len, int d, int heads, T* saved, T* ctx) {

@@ -50,6 +50,12 @@ uint16_t* attention_qkv_bf16(T* saved, int nseq, int seq_len, int d, int heads);
 // dy16: then attention_backward may be given no fp32 dqkv (null). Null elsewhere.
 template <class T>
 const uint16_t* attention_dqkv_bf16(const T* scratch, int nseq, int seq_len, int d, int heads);
+// And for its incoming gradient: where attention_backward rounds dctx to bf16 inside `scratch`
+// (cuDNN's SDPA) and the layers keep GEMM inputs in bf16, where the output projection's backward
+// may write that rounding itself (Linear::backward's dx16): then attention_backward may be given
+// no dctx (null). Null elsewhere.
+template <class T>
+uint16_t* attention_dctx_bf16(T* scratch, int nseq, int seq_len, int d, int heads);
 
 // Whether a layer keeps an activation that only GEMMs read (a norm's output, the feed-forward's
 // hidden layer) for its backward as its bf16 rounding alone (round_bf16, passed as the x16 of

@@ -22,8 +22,8 @@ bool Linear<T>::forward(const T* x, int rows, T* y, bool relu, const uint16_t* x
 
 template <class T>
 void Linear<T>::backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16,
-                         const uint16_t* dy16) const {
-  k::linear_backward<T>(x, x16, dy, dy16, rows, in, out, store->p(w), dx, store->g(w),
+                         const uint16_t* dy16, uint16_t* dx16) const {
+  k::linear_backward<T>(x, x16, dy, dy16, rows, in, out, store->p(w), dx, dx16, store->g(w),
                         b >= 0 ? store->g(b) : nullptr);
 }
 

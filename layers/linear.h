@@ -25,9 +25,10 @@ struct Linear {
   bool forward(const T* x, int rows, T* y, bool relu = false, const uint16_t* x16 = nullptr,
                uint16_t* y16 = nullptr, uint8_t* relu_mask = nullptr) const;
   // dx (may be null) is overwritten; parameter gradients accumulate. dy16: where not null, dy's
-  // bf16 rounding as its producer wrote it, read instead of dy (dy may then be null).
+  // bf16 rounding as its producer wrote it, read instead of dy (dy may then be null). dx16: where
+  // not null (k::gemm_inputs_in_bf16), dx's bf16 rounding is written there instead of dx.
   void backward(const T* x, const T* dy, int rows, T* dx, const uint16_t* x16 = nullptr,
-                const uint16_t* dy16 = nullptr) const;
+                const uint16_t* dy16 = nullptr, uint16_t* dx16 = nullptr) const;
   // Backward of forward(..., relu = true): y is its output and dy the gradient with respect to y,
   // masked in place by the ReLU in the same pass that takes the bias gradient. Where y is kept as
   // its bf16 rounding y16 instead, the masked gradient's rounding is written over y16 (which the

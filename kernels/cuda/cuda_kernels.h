@@ -93,11 +93,13 @@ struct Blas {
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
                              int out, const float* W, const float* bias, bool relu, float* y,
                              uint16_t* y16, uint8_t* relu_mask = nullptr);
-// k::linear_backward_into_relu's input gradient: dx16 [rows, in] = bf16((dy W) where relu_mask
-// is set, else 0), one cuBLASLt matmul with the DRELU epilogue (bf16 math); false where cuBLASLt
-// has no algorithm for the shape or refuses the call (dx16 untouched then).
-bool linear_input_grad_drelu(Blas& b, const float* dy, int rows, int in, int out, const float* W,
-                             const uint8_t* relu_mask, uint16_t* dx16);
+// A Linear's input gradient in bf16, dx16 [rows, in] = bf16(dy W), one cuBLASLt matmul with a
+// bf16 D (bf16 math; dy16: dy's kept rounding where not null). relu_mask: where not null, through
+// the ReLU whose mask a forward's RELU_AUX wrote (k::linear_backward_into_relu): the DRELU
+// epilogue zeroes dy W where the mask is clear. False where cuBLASLt has no algorithm for the
+// shape or refuses the call (dx16 untouched then).
+bool linear_input_grad_bf16(Blas& b, const float* dy, const uint16_t* dy16, int rows, int in,
+                            int out, const float* W, const uint8_t* relu_mask, uint16_t* dx16);
 // Scratch for the fp32 y of a k::linear_forward given only y16, where no epilogue writes y16.
 float* linear_output_scratch(size_t n, cudaStream_t s);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
@@ -155,6 +157,10 @@ uint16_t* cudnn_attention_qkv16(float* saved, int nseq, int seq_len, int d, int 
 // The bf16 dqkv that cudnn_attention_backward leaves in its `scratch` (rows x 3d): cuDNN's own
 // output, which it widens into dqkv only where given one.
 const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int seq_len, int d);
+// Where cudnn_attention_backward rounds dctx to bf16 in its `scratch` (rows x d, at its start):
+// an output projection's backward may write it there itself, and the backward then be given no
+// fp32 dctx (null).
+uint16_t* cudnn_attention_dout16(float* scratch);
 std::string sdpa_description();  // the cuDNN in use (cudnn_sdpa.h)
 void cudnn_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
                              float* saved, float* ctx, cudaStream_t s);

@@ -4,7 +4,8 @@
 //   forward:  qkv16 = bf16(qkv) (where not written by the projection, k::attention_qkv_bf16);
 //             o16, lse = sdpa(qkv16); ctx = float(o16) (where asked for:
 //             a layer keeping GEMM inputs in bf16 reads o16, k::attention_ctx_bf16)
-//   backward: dout16 = bf16(dctx); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
+//   backward: dout16 = bf16(dctx) (where not written by the output projection's backward,
+//             k::attention_dctx_bf16); dqkv16 = sdpa_backward(qkv16, o16, dout16, lse);
 //             dqkv = float(dqkv16) (where asked for: a layer keeping GEMM inputs in bf16 gives
 //             dqkv16 to the projection's backward, k::attention_dqkv_bf16)
 // `saved` keeps lse, qkv16 and o16 for the backward (the backward converts only dctx); the
@@ -55,6 +56,8 @@ uint16_t* cudnn_attention_qkv16(float* saved, int nseq, int T, int d, int heads)
   return reinterpret_cast<uint16_t*>(saved + saved_layout(nseq, T, d, heads).qkv16);
 }
 
+uint16_t* cudnn_attention_dout16(float* scratch) { return reinterpret_cast<uint16_t*>(scratch); }
+
 // Where the backward leaves dqkv16 in its scratch: after dout16, 16-byte aligned.
 size_t dqkv16_offset(int nseq, int T, int d) { return (size_t(nseq) * T * d + 7) / 8 * 4; }
 const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int T, int d) {
@@ -83,7 +86,7 @@ void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, i
   const SdpaShape shape = shape_of(nseq, T, d, heads);
   auto* dout16 = reinterpret_cast<bf16*>(scratch);
   auto* dqkv16 = reinterpret_cast<bf16*>(scratch + dqkv16_offset(nseq, T, d));
-  to_bf16(dctx, rows * d, dout16, s);
+  if (dctx) to_bf16(dctx, rows * d, dout16, s);  // none where the projection wrote dout16
   void* workspace = cuda_scratch(kSlotCudnn, sdpa_workspace_bytes(shape), s);
   sdpa_backward(shape, reinterpret_cast<const bf16*>(saved + l.qkv16),
                 reinterpret_cast<const bf16*>(saved + l.o16), dout16, saved + l.lse, dqkv16,

@@ -374,15 +374,18 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
                    relu_mask);
 }
 
-bool linear_input_grad_drelu(Blas& b, const float* dy, int rows, int in, int out, const float* W,
-                             const uint8_t* relu_mask, uint16_t* dx16) {
+bool linear_input_grad_bf16(Blas& b, const float* dy, const uint16_t* dy16, int rows, int in,
+                            int out, const float* W, const uint8_t* relu_mask, uint16_t* dx16) {
   if (rows == 0 || in == 0) return true;
   if (out == 0 || b.math != GemmMath::bf16) return false;
   const void* w_op = bf16_operand(b, W, size_t(out) * in, kSlotBf16A);
-  const void* dy_op = bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
+  const void* dy_op =
+      dy16 ? kept_bf16(b, dy16) : bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
   // dx^T [in, rows] = W^T dy^T: W stored [in, out] (ld in), dy stored [out, rows] (ld out); the
   // mask has dx^T's shape, as the forward's RELU_AUX wrote it for y^T [in, rows].
-  const LtKey key{false, false, in, rows, out, in, out, in, int(CUBLASLT_EPILOGUE_DRELU), true,
+  const cublasLtEpilogue_t epilogue =
+      relu_mask ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT;
+  const LtKey key{false, false, in, rows, out, in, out, in, int(epilogue), true,
                   common_alignment({w_op, dy_op, dx16, relu_mask}), LtOut::bf16};
   return lt_matmul(b, key, w_op, dy_op, 0.f, dx16, nullptr, relu_mask);
 }

@@ -160,12 +160,12 @@ TEST(CudaKernels, LinearBackwardEpilogueIsTheCpusBackward) {
     SCOPED_TRACE(with_bias ? "k::linear_backward with a bias" : "k::linear_backward, no bias");
     std::vector<float> dxc(size_t(rows) * in), dW = dw0, db = db0;
     k::linear_backward<float>(x.data(), nullptr, dy.data(), nullptr, rows, in, out, w.data(),
-                              dxc.data(), dW.data(), with_bias ? db.data() : nullptr);
+                              dxc.data(), nullptr, dW.data(), with_bias ? db.data() : nullptr);
     DeviceScope gpu(Device::CUDA, 0, GemmMath::fp32);
     Buf<float> bx, bdy, bw, bdx(dxc.size()), bdw, bdb;
     bx.from_host(x), bdy.from_host(dy), bw.from_host(w), bdw.from_host(dw0), bdb.from_host(db0);
     k::linear_backward<float>(bx.data(), nullptr, bdy.data(), nullptr, rows, in, out, bw.data(),
-                              bdx.data(), bdw.data(), with_bias ? bdb.data() : nullptr);
+                              bdx.data(), nullptr, bdw.data(), with_bias ? bdb.data() : nullptr);
     expect_close("dx", bdx.to_host(), dxc, 1e-5, 1e-5);
     expect_close("dW", bdw.to_host(), dW, 1e-5, 1e-5);
     expect_close("db", bdb.to_host(), db, 1e-5, 1e-5);
@@ -272,12 +272,29 @@ TEST(CudaKernels, LinearBackwardFromABf16GradientIsTheRoundingAtTheCall) {
       dw[given].from_host(dw0), db[given].from_host(db0);
       k::linear_backward<float>(bx.data(), nullptr, given ? nullptr : bdy.data(),
                                 given ? bdy16.data() : nullptr, rows, in, out, bw.data(),
-                                dx[given].data(), dw[given].data(),
+                                dx[given].data(), nullptr, dw[given].data(),
                                 with_bias ? db[given].data() : nullptr);
     }
     EXPECT_EQ(dx[1].to_host(), dx[0].to_host());
     EXPECT_EQ(dw[1].to_host(), dw[0].to_host());
     EXPECT_EQ(db[1].to_host(), db[0].to_host());
+    // dx asked for as its bf16 rounding alone (the attention's dO): the GEMM's fp32 dx rounded,
+    // to one bf16 unit (it may sum in another order); the parameter gradients as before.
+    Buf<uint16_t> dx16(size_t(rows) * in);
+    Buf<float> dw16, db16;
+    dw16.from_host(dw0), db16.from_host(db0);
+    k::linear_backward<float>(bx.data(), nullptr, bdy.data(), nullptr, rows, in, out, bw.data(),
+                              nullptr, dx16.data(), dw16.data(),
+                              with_bias ? db16.data() : nullptr);
+    const std::vector<uint16_t> got16 = dx16.to_host();
+    const std::vector<float> want = dx[0].to_host();
+    int off = 0;
+    for (size_t i = 0; i < want.size(); ++i)
+      off += std::fabs(bf16_value(got16[i]) - want[i]) >
+             std::ldexp(std::fabs(want[i]), -8) + 1e-6;
+    EXPECT_EQ(off, 0) << "of " << want.size() << " bf16 input gradients";
+    expect_close("dW with dx16", dw16.to_host(), dw[0].to_host(), 1e-6, 1e-6);
+    expect_close("db with dx16", db16.to_host(), db[0].to_host(), 1e-6, 1e-6);
   }
   const std::vector<uint16_t> h16 = bdy16.to_host();
   std::vector<float> wide(ny);
