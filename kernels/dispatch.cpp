@@ -245,6 +245,42 @@ bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
   return false;
 }
 
+namespace {
+// A Linear's input gradient as its bf16 rounding alone, dx16 = bf16(dy W) (dy16: dy's kept
+// rounding where not null), through a ReLU's mask where one is given (dx16 then holds that ReLU's
+// output on entry): on a GPU the GEMM writes it in bf16 (cuBLASLt, the DRELU epilogue with a
+// mask) where it runs the shape, else the GEMM writes fp32 scratch and one pass rounds it (and
+// masks it by dx16's sign). Only where gemm_inputs_in_bf16<float>().
+void input_grad_bf16(const float* dy, const uint16_t* dy16, int rows, int in, int out,
+                     const float* W, const uint8_t* relu_mask, uint16_t* dx16) {
+#ifdef PN_HAVE_CUDA
+  const bool ran = current_context().gemm_bf16_outputs &&
+                   cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W,
+                                                relu_mask, dx16);
+  if (relu_mask)
+    say_once(lt_drelu_said, "a ReLU's backward", [&] {
+      return ran ? "in cuBLASLt's epilogue (DRELU) of the input gradient's GEMM"
+                 : "a pass after the GEMM (cuBLASLt has no DRELU for the shape)";
+    });
+  else
+    say_once(lt_dx16_said, "a Linear's bf16 input gradient", [&] {
+      return ran ? "written by its GEMM (cuBLASLt)" : "a rounding pass after the GEMM";
+    });
+  if (ran) return;
+  const size_t n = size_t(rows) * in;
+  float* dx = cuda::linear_output_scratch(n, stream());
+  gemm_kept<float>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, 0.f, dx, in);
+  if (relu_mask)
+    relu_backward_round_bf16(dx16, dx, n);
+  else
+    round_bf16(dx, n, dx16);
+#else
+  (void)dy, (void)dy16, (void)rows, (void)in, (void)out, (void)W, (void)relu_mask, (void)dx16;
+  throw std::logic_error("a bf16 input gradient where GEMMs read no bf16");
+#endif
+}
+}  // namespace
+
 template <class T>
 void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
                      int in, int out, const T* W, T* dx, uint16_t* dx16, T* dW, T* db) {
@@ -253,23 +289,8 @@ void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_
   // bf16 GEMMs: dy rounded once for both, unless it came rounded
   const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
   if (dx16) {
-#ifdef PN_HAVE_CUDA
-    // A GPU: the input gradient written in bf16 by the GEMM where cuBLASLt runs it.
-    if constexpr (std::is_same_v<T, float>) {
-      const bool ran = current_context().gemm_bf16_outputs &&
-                       cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W,
-                                                    nullptr, dx16);
-      say_once(lt_dx16_said, "a Linear's bf16 input gradient", [&] {
-        return ran ? "written by its GEMM (cuBLASLt)" : "a rounding pass after the GEMM";
-      });
-      if (!ran) {
-        const size_t n = size_t(rows) * in;
-        if (!dx) dx = cuda::linear_output_scratch(n, stream());
-        gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
-        round_bf16(dx, n, dx16);
-      }
-    }
-#endif
+    if constexpr (std::is_same_v<T, float>)
+      input_grad_bf16(dy, dy16, rows, in, out, W, nullptr, dx16);
   } else if (dx) {
     gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
   }
@@ -323,17 +344,7 @@ void linear_backward_into_relu(const uint16_t* x16, const T* dy, int rows, int i
       const Bf16Copy rounded(dy, size_t(rows) * out);  // dy rounded once for the three reads
       // dW and db first: they read x16, which dx16 may overwrite.
       linear_backward<T>(nullptr, x16, dy, nullptr, rows, in, out, W, nullptr, nullptr, dW, db);
-      const bool ran = cuda::linear_input_grad_bf16(blas(stream()), dy, nullptr, rows, in, out, W,
-                                                    relu_mask, dx16);
-      say_once(lt_drelu_said, "a ReLU's backward", [&] {
-        return ran ? "in cuBLASLt's epilogue (DRELU) of the input gradient's GEMM"
-                   : "a pass after the GEMM (cuBLASLt has no DRELU for the shape)";
-      });
-      if (ran) return;
-      const size_t n = size_t(rows) * in;
-      float* dh = cuda::linear_output_scratch(n, stream());
-      gemm<T>(false, false, rows, in, out, T(1), dy, out, W, in, T(0), dh, in);
-      return relu_backward_round_bf16(dx16, dh, n);  // dx16 holds the ReLU's output until here
+      return input_grad_bf16(dy, nullptr, rows, in, out, W, relu_mask, dx16);
     }
 #endif
   (void)x16, (void)dy, (void)rows, (void)in, (void)out, (void)W, (void)dW, (void)db;
