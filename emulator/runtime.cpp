@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -44,6 +45,10 @@ struct CUstream_st {
   uint64_t queued = 0, done = 0;  // counts of items queued and finished
   bool blocking = true;           // synchronizes with the legacy stream
   std::thread worker;
+  // While captured: what is queued goes here instead (a graph's work, in order), and whether
+  // an operation a capture cannot hold (a synchronisation) has invalidated it.
+  std::vector<std::function<void()>>* capture = nullptr;
+  bool capture_invalidated = false;
 
   void run() {
     std::unique_lock<std::mutex> l(m);
@@ -73,6 +78,13 @@ struct CUstream_st {
     std::lock_guard<std::mutex> l(m);
     return queued;
   }
+};
+
+struct CUgraph_st {
+  std::vector<std::function<void()>> work;
+};
+struct CUgraphExec_st {
+  std::vector<std::function<void()>> work;
 };
 
 struct CUevent_st {
@@ -229,6 +241,10 @@ bool is_device_range(const void* p, size_t bytes) { return is_kind(p, bytes, Kin
 
 void enqueue(cudaStream_t s, std::function<void()> fn) {
   CUstream_st* st = resolve(s);
+  if (st->capture) {  // recorded, not run (the capture's host thread is the only writer)
+    st->capture->push_back(std::move(fn));
+    return;
+  }
   // Legacy-stream semantics: the legacy stream waits for every blocking stream's queued work,
   // a blocking stream for the legacy stream's.
   std::vector<std::pair<CUstream_st*, uint64_t>> waits;
@@ -294,6 +310,9 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureWrongThread: return "cudaErrorStreamCaptureWrongThread";
   }
   return "cudaErrorUnknown";
 }
@@ -312,6 +331,12 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
   }
   return "unknown error";
 }
@@ -480,8 +505,62 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   CUstream_st* st = resolve(s);
+  if (st->capture) {  // as on a GPU: refused, and the capture is invalidated
+    st->capture_invalidated = true;
+    return pn_emu::fail_with(cudaErrorStreamCaptureUnsupported,
+                             "cudaStreamSynchronize of a capturing stream");
+  }
   if (st == legacy()) enqueue(s, [] {});  // the legacy stream waits for the blocking ones too
   st->wait_until(st->tail());
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  if (!s) return pn_emu::fail_with(cudaErrorStreamCaptureUnsupported, "capture of the legacy stream");
+  if (s->capture) return pn_emu::fail_with(cudaErrorInvalidValue, "capture begun twice");
+  s->capture = new std::vector<std::function<void()>>;
+  s->capture_invalidated = false;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  *graph = nullptr;
+  if (!s || !s->capture)
+    return pn_emu::fail_with(cudaErrorInvalidValue, "cudaStreamEndCapture of a stream not capturing");
+  std::unique_ptr<std::vector<std::function<void()>>> work(std::exchange(s->capture, nullptr));
+  if (s->capture_invalidated)
+    return pn_emu::fail_with(cudaErrorStreamCaptureInvalidated, "the capture was invalidated");
+  *graph = new CUgraph_st{std::move(*work)};
+  return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* status) {
+  CUstream_st* st = resolve(s);
+  *status = !st->capture               ? cudaStreamCaptureStatusNone
+            : st->capture_invalidated ? cudaStreamCaptureStatusInvalidated
+                                      : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* count) {
+  if (!g || nodes) return pn_emu::fail_with(cudaErrorInvalidValue, "cudaGraphGetNodes: count only");
+  *count = g->work.size();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+  if (!g) return pn_emu::fail_with(cudaErrorInvalidValue, "cudaGraphInstantiate(null graph)");
+  *exec = new CUgraphExec_st{g->work};  // an executable graph outlives its graph, as on a GPU
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  if (!exec) return pn_emu::fail_with(cudaErrorInvalidValue, "cudaGraphLaunch(null)");
+  if (resolve(s)->capture)
+    return pn_emu::fail_with(cudaErrorStreamCaptureUnsupported, "a graph launched into a capture");
+  for (const auto& fn : exec->work) pn_emu::enqueue(s, fn);
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;  // work it queued runs on: the stream holds copies of the functions
   return cudaSuccess;
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {

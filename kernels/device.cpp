@@ -10,11 +10,14 @@
 #include <cstring>
 #include <iterator>
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/kernels.h"
@@ -36,6 +39,29 @@ Context& current_context() {
 namespace {
 cudaStream_t stream_of(const Context& c) { return static_cast<cudaStream_t>(c.stream); }
 }  // namespace
+#endif
+
+namespace {
+std::atomic<uint64_t> allocations{0};
+thread_local bool capturing = false;
+// What a captured micro-step cannot hold, refused before the runtime sees it: the message names
+// the operation (the runtime would only invalidate the capture).
+void refuse_in_capture(const char* what) {
+  if (capturing)
+    throw std::logic_error(std::string(what) + " inside the micro-step being captured");
+}
+}  // namespace
+
+uint64_t device_allocations() { return allocations.load(); }
+bool capturing_step_graph() { return capturing; }
+
+#ifdef PN_HAVE_CUDA
+namespace cuda {
+void count_allocation() {
+  refuse_in_capture("a device allocation");
+  ++allocations;
+}
+}  // namespace cuda
 #endif
 
 GemmMath parse_gemm_math(const std::string& precision) {
@@ -117,6 +143,7 @@ void* device_alloc(size_t bytes) {
     case Device::CUDA: {
 #ifdef PN_HAVE_CUDA
       void* p = nullptr;
+      cuda::count_allocation();
       const cudaError_t e = cudaMallocAsync(&p, bytes, stream_of(c));
       if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
@@ -149,6 +176,7 @@ void device_free(Device device, void* p) {
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
+      ++allocations;  // a graph holding p must not replay
       cudaFreeAsync(p, stream_of(current_context()));  // no check: may run during unwinding
 #endif
       return;
@@ -281,6 +309,7 @@ void copy_to_device_staged(void* dst, const void* src, size_t bytes, cudaStream_
 // CUDA header.
 void copy_async(void* dst, const void* src, size_t bytes, int dir) {
   if (bytes == 0) return;
+  if (dir != 3) refuse_in_capture(dir == 1 ? "a copy from the host" : "a copy to the host");
   const Context& c = current_context();
   switch (c.device) {
     case Device::CPU:
@@ -313,10 +342,98 @@ void copy_to_host(void* dst, const void* src, size_t bytes) { copy_async(dst, sr
 void copy_on_device(void* dst, const void* src, size_t bytes) { copy_async(dst, src, bytes, 3); }
 
 void synchronize() {
+  refuse_in_capture("a synchronisation with the host");
   const Context& c = current_context();
   if (c.device == Device::Sim) sim::synchronize();
 #ifdef PN_HAVE_CUDA
   if (c.device == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(stream_of(c)));
+#endif
+}
+
+// ---- StepGraph ------------------------------------------------------------------------------
+StepGraph::~StepGraph() { drop(); }
+StepGraph::StepGraph(StepGraph&& o) noexcept { *this = std::move(o); }
+StepGraph& StepGraph::operator=(StepGraph&& o) noexcept {
+  if (this != &o) {
+    drop();
+    exec_ = std::exchange(o.exec_, nullptr);
+    key_ = std::move(o.key_);
+    allocations_ = o.allocations_;
+    captures_ = o.captures_, replays_ = o.replays_, given_up_ = o.given_up_;
+  }
+  return *this;
+}
+
+void StepGraph::drop() {
+#ifdef PN_HAVE_CUDA
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));  // no check: destructor
+#endif
+  exec_ = nullptr;
+}
+
+void StepGraph::run(const std::vector<int64_t>& key, const std::function<void()>& work) {
+  const Context& c = current_context();
+  if (c.device != Device::CUDA || !c.cuda_graphs || given_up_) return work();
+#ifdef PN_HAVE_CUDA
+  if (exec_ && key == key_ && allocations.load() == allocations_) {
+    CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream_of(c)));
+    ++replays_;
+    return;
+  }
+  drop();
+  const uint64_t before = allocations.load();
+  work();
+  // An eager call that allocated nothing is what a capture of the same call records.
+  if (allocations.load() == before) capture(key, work);
+#endif
+}
+
+void StepGraph::capture(const std::vector<int64_t>& key, const std::function<void()>& work) {
+#ifdef PN_HAVE_CUDA
+  const cudaStream_t s = stream_of(current_context());
+  const uint64_t before = allocations.load();
+  std::string why;
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  capturing = true;
+  try {
+    work();  // queues nothing that runs: the stream records it
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  capturing = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (why.empty() && end != cudaSuccess) why = std::string("capture: ") + cudaGetErrorString(end);
+  if (why.empty() && allocations.load() != before) why = "device memory released while captured";
+  size_t nodes = 0;
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty()) {
+    cudaGraphGetNodes(graph, nullptr, &nodes);
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) why = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(e);
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!why.empty()) {
+    cudaGetLastError();  // the capture's error is reported here, not by the next check
+    given_up_ = true;
+    const std::string& who = error_context();
+    std::fprintf(stderr, "pntrain: %s%sCUDA graphs: off for the rest of this run (%s); the "
+                 "micro-steps run launch by launch\n", who.c_str(), who.empty() ? "" : ": ",
+                 why.c_str());
+    return;
+  }
+  exec_ = exec;
+  key_ = key;
+  allocations_ = allocations.load();
+  if (captures_++ == 0) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      std::fprintf(stderr, "pntrain: a training micro-step: one CUDA graph of %zu nodes, "
+                   "replayed\n", nodes);
+    });
+  }
+#else
+  (void)key, (void)work;
 #endif
 }
 

@@ -11,7 +11,10 @@
 // grow. Memory of a device is touched by the host only through the copies below.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace pn {
 
@@ -46,6 +49,9 @@ struct Context {
   // its cuBLASLt epilogue; off, the fp32 output and a rounding pass (the tests compare the two:
   // cuBLASLt may sum in another order for a bf16 output).
   bool gemm_bf16_outputs = true;
+  // Work run through a StepGraph (below) may be captured and replayed as a CUDA graph (CUDA
+  // only; the trainer sets it for --cuda-graphs where a micro-step touches no host).
+  bool cuda_graphs = false;
 };
 
 // This thread's current context.
@@ -86,6 +92,46 @@ void copy_to_host(void* dst, const void* src, size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);
 // The host waits until everything queued on the current stream has run.
 void synchronize();
+
+// ---- work replayed as a CUDA graph ----------------------------------------------------------
+// A training micro-step of a fixed shape queues the same kernels on the same buffers every time:
+// hundreds of launches that a small model's kernels finish faster than the host issues them.
+// StepGraph::run(key, work) runs `work`; on a GPU whose context has cuda_graphs, a call that
+// repeats the previous one (same key, no device memory allocated or released since, nor during
+// it) is also captured as a CUDA graph, and later calls with that key replay the graph: one
+// launch. The first calls, a new key, or memory allocated in between (a validation's larger
+// batch) run `work` as it is. `work` must leave the host out: its inputs are on the device
+// before the call (a kernel argument that changes from call to call is in `key` or read from
+// device memory), and it copies nothing to or from the host and waits for nothing. Inside a
+// capture those throw, and so does an allocation; the graph is then dropped and the run goes
+// on without graphs, saying why once on stderr. Everywhere else `work` simply runs.
+class StepGraph {
+ public:
+  StepGraph() = default;
+  ~StepGraph();
+  StepGraph(StepGraph&& o) noexcept;
+  StepGraph& operator=(StepGraph&& o) noexcept;
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  void run(const std::vector<int64_t>& key, const std::function<void()>& work);
+  int64_t captures() const { return captures_; }  // graphs captured
+  int64_t replays() const { return replays_; }    // calls that launched one
+  bool given_up() const { return given_up_; }     // a capture failed: eager from then on
+
+ private:
+  void capture(const std::vector<int64_t>& key, const std::function<void()>& work);
+  void drop();
+  void* exec_ = nullptr;  // cudaGraphExec_t
+  std::vector<int64_t> key_;
+  uint64_t allocations_ = 0;  // device_allocations() when captured
+  int64_t captures_ = 0, replays_ = 0;
+  bool given_up_ = false;
+};
+// Device allocations and releases made by this process so far (every device), and whether this
+// thread is capturing a StepGraph now.
+uint64_t device_allocations();
+bool capturing_step_graph();
 
 bool cuda_built();          // compiled with the CUDA path
 int cuda_device_count();    // GPUs visible to this process (0 when not built)

@@ -83,7 +83,8 @@ MultiheadAttention<T>::MultiheadAttention(ParamStore<T>& s, Workspace<T>& w,
 template <class T>
 void MultiheadAttention<T>::forward(const T* x, const T* mem, int num_seq, int q_len, int k_len,
                                     const uint8_t* key_padding_mask, T* y,
-                                    float attention_dropout, uint64_t dropout_seed) {
+                                    float attention_dropout, const uint64_t* step_seed,
+                                    uint64_t dropout_site) {
   nseq = num_seq, tq = q_len, tk = cross ? k_len : q_len;
   key_mask = key_padding_mask;
   dropout_p = attention_dropout;
@@ -108,7 +109,8 @@ void MultiheadAttention<T>::forward(const T* x, const T* mem, int num_seq, int q
   if (drop) {
     keep.resize(np);
     probs_drop.resize(np);
-    k::dropout_mask(dropout_seed, np, dropout_p, keep.data());
+    if (!step_seed) throw std::logic_error("attention dropout without the micro-step's seed");
+    k::dropout_mask(step_seed, dropout_site, np, dropout_p, keep.data());
   }
   k::mha_forward<T>(qp, ldq, kp, vp, ldkv, nseq, tq, tk, dim, heads, causal, key_mask,
                     drop ? keep.data() : nullptr, dropout_p, probs.data(),

@@ -56,10 +56,11 @@ struct MultiheadAttention {
   MultiheadAttention(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d,
                      int num_heads, bool is_cross, bool is_causal);
   // x: [nseq*tq, d]; mem: [nseq*tk, d] (cross only, else ignored and tk = tq).
-  // attention_dropout > 0 draws its keep mask from dropout_seed (training only).
+  // attention_dropout > 0 draws its keep mask from the micro-step's seed on the device and
+  // this site's number (k::dropout_mask; training only).
   void forward(const T* x, const T* mem, int num_seq, int q_len, int k_len,
                const uint8_t* key_padding_mask, T* y, float attention_dropout = 0,
-               uint64_t dropout_seed = 0);
+               const uint64_t* step_seed = nullptr, uint64_t dropout_site = 0);
   // dx overwritten; dmem (cross only) accumulated (+=), since every decoder block adds to it.
   void backward(const T* x, const T* mem, const T* dy, T* dx, T* dmem);
 };

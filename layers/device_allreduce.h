@@ -25,6 +25,7 @@ void allreduce_staged(Communicator& comm, T* buf, size_t n) {
 // Blocking, in stream order: buf holds the sum for every later kernel on the current stream.
 template <class T>
 void allreduce_sum_here(Communicator& comm, T* buf, size_t n) {
+  if (comm.size() == 1) return;  // one rank's sum is its own (and a CUDA graph may hold this)
   const Context& ctx = current_context();
   if (ctx.device == Device::CPU) return comm.allreduce_sum(buf, n);
   if (ctx.device == Device::CUDA && comm.device_collectives())

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -40,12 +41,17 @@ std::vector<Norm<T>*> LanguageModel<T>::norms() {
 }
 
 template <class T>
-void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropout_seed) {
-  const int rows = batch.rows(), d = config.dim;
-  const size_t n = size_t(rows) * d;
+void LanguageModel<T>::load(const Batch& batch, uint64_t dropout_seed) {
   tokens.from_host(batch.tokens);
   targets.from_host(batch.targets);
   mask.from_host(batch.mask);
+  step_seed.from_host(&dropout_seed, 1);
+}
+
+template <class T>
+void LanguageModel<T>::forward(const Batch& batch, bool training) {
+  const int rows = batch.rows(), d = config.dim;
+  const size_t n = size_t(rows) * d;
   const uint8_t* mask = this->mask.data();
   const bool drop = training && config.dropout > 0;
   const float p = float(config.dropout);
@@ -72,7 +78,7 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     b.attn.forward(b.a.x, batch.nseq, batch.seq_len, branch, b.a.x16);
     if (drop) {
       b.keep_attn.resize(n);
-      k::dropout_mask(dropout_seed + 2 * l, n, p, b.keep_attn.data());
+      k::dropout_mask(step_seed.data(), 2 * l, n, p, b.keep_attn.data());
     }
     const auto [ff_in, ff_in16] = b.b.begin_either(n);
     b.norm_ff->forward_residual(b.x.data(), branch, drop ? b.keep_attn.data() : nullptr, p,
@@ -80,7 +86,7 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
     b.ff.forward(b.b.x, rows, branch, b.b.x16);
     if (drop) {
       b.keep_ff.resize(n);
-      k::dropout_mask(dropout_seed + 2 * l + 1, n, p, b.keep_ff.data());
+      k::dropout_mask(step_seed.data(), 2 * l + 1, n, p, b.keep_ff.data());
     }
     pending = &b;
   }
@@ -96,10 +102,25 @@ void LanguageModel<T>::forward(const Batch& batch, bool training, uint64_t dropo
 template <class T>
 void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64_t dropout_seed,
                                         double* loss_sums, const GradsReady& grads_ready) {
+  load(batch, dropout_seed);
+  // The rest reads only the device: one CUDA graph where the context allows, keyed by what the
+  // host decides the launches from. The all-reduce hook calls the host: no graph with it.
+  if (grads_ready) return train_pass(batch, grad_scale, loss_sums, grads_ready);
+  double scale = double(grad_scale);
+  int64_t scale_bits = 0;
+  std::memcpy(&scale_bits, &scale, sizeof scale);
+  step_graph.run({batch.rows(), batch.nseq, batch.seq_len, int64_t(intptr_t(loss_sums)),
+                  scale_bits},
+                 [&] { train_pass(batch, grad_scale, loss_sums, nullptr); });
+}
+
+template <class T>
+void LanguageModel<T>::train_pass(const Batch& batch, T grad_scale, double* loss_sums,
+                                  const GradsReady& grads_ready) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   const k::Bf16Copy weights16(params.data.data(), params.data.size());  // bf16 GEMMs' copy
-  forward(batch, true, dropout_seed);
+  forward(batch, true);
   const auto t1 = clock::now();  // the output layer and the loss run with the backward, chunked
   const int rows = batch.rows(), d = config.dim;
   const size_t n = size_t(rows) * d;
@@ -142,7 +163,8 @@ void LanguageModel<T>::forward_backward(const Batch& batch, T grad_scale, uint64
 template <class T>
 void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
   const k::Bf16Copy weights16(params.data.data(), params.data.size());
-  forward(batch, false, 0);
+  load(batch, 0);
+  forward(batch, false);
   embed.output_loss(f.data(), targets.data(), mask.data(), batch.rows(),
                     T(config.label_smoothing), T(1), loss_sums, logits, nullptr, config.max_logits);
 }
@@ -150,7 +172,8 @@ void LanguageModel<T>::evaluate(const Batch& batch, double* loss_sums) {
 template <class T>
 void LanguageModel<T>::forward_logits(const Batch& batch) {
   const k::Bf16Copy weights16(params.data.data(), params.data.size());
-  forward(batch, false, 0);
+  load(batch, 0);
+  forward(batch, false);
   logits.resize(size_t(batch.rows()) * embed.logits_ld());
   embed.output_forward(f.data(), batch.rows(), logits.data(), embed.logits_ld());
 }

@@ -65,7 +65,9 @@ struct LanguageModel {
   // convenience forms below.
   Buf<int32_t> tokens, targets;
   Buf<uint8_t> mask;
+  Buf<uint64_t> step_seed;  // the micro-step's dropout seed (k::dropout_mask reads it there)
   Buf<double> sums;
+  StepGraph step_graph;  // a training micro-step, replayed as a CUDA graph where allowed
   size_t final_norm_begin = 0;             // offset of the final norm's parameters
   double forward_s = 0, backward_s = 0;    // wall time of the last forward_backward's halves
                                            // (CPU only; NaN where kernels run asynchronously)
@@ -94,7 +96,11 @@ struct LanguageModel {
   std::vector<Norm<T>*> norms();
 
  private:
-  void forward(const Batch& batch, bool training, uint64_t dropout_seed);
+  void load(const Batch& batch, uint64_t dropout_seed);  // the batch and seed to the device
+  // The loaded batch's forward; with its backward, the micro-step after load (no host in it).
+  void forward(const Batch& batch, bool training);
+  void train_pass(const Batch& batch, T grad_scale, double* loss_sums,
+                  const GradsReady& grads_ready);
 };
 
 }  // namespace pn

@@ -94,6 +94,7 @@ void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint
   const size_t n = size_t(rows) * d;
   src_tok.from_host(batch.src);
   src_mask.from_host(batch.src_mask);
+  step_seed.from_host(&seed, 1);
   const uint8_t* mask = src_mask.data();
   const bool drop = training && config.dropout > 0;
   const float p = float(config.dropout);
@@ -103,22 +104,22 @@ void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint
   embed_src.forward(src_tok.data(), rows, batch.src_len, h->data());
   if (drop) {
     keep_src_embed.resize(n);
-    k::dropout_mask(seed + kSrcEmbed, n, p, keep_src_embed.data());
+    k::dropout_mask(step_seed.data(), kSrcEmbed, n, p, keep_src_embed.data());
     k::dropout_apply<T>(h->data(), keep_src_embed.data(), n, p);
   }
   T* branch = workspace.take(workspace.branch, n);  // each branch's output, added at once
   for (size_t l = 0; l < encoder.size(); ++l) {
     EncoderBlock& b = encoder[l];
-    const uint64_t site = seed + kFirstBlock + kEncSites * l;
+    const uint64_t site = kFirstBlock + kEncSites * l;
     Buf<T>& next = l + 1 < encoder.size() ? encoder[l + 1].x : enc_h;
     b.a.resize(n), b.mid.resize(n), b.b.resize(n);
     next.resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
     b.attn.forward(b.a.data(), nullptr, batch.nseq, batch.src_len, batch.src_len, mask, branch,
-                   pa, site);
+                   pa, step_seed.data(), site);
     if (drop) {
       b.keep_attn.resize(n);
-      k::dropout_mask(site + 1, n, p, b.keep_attn.data());
+      k::dropout_mask(step_seed.data(), site + 1, n, p, b.keep_attn.data());
       k::dropout_apply<T>(branch, b.keep_attn.data(), n, p);
     }
     k::add<T>(b.x.data(), branch, n, b.mid.data());
@@ -126,7 +127,7 @@ void TranslationModel<T>::encode(const ParallelBatch& batch, bool training, uint
     b.ff.forward(b.b.data(), rows, branch);
     if (drop) {
       b.keep_ff.resize(n);
-      k::dropout_mask(site + 2, n, p, b.keep_ff.data());
+      k::dropout_mask(step_seed.data(), site + 2, n, p, b.keep_ff.data());
       k::dropout_apply<T>(branch, b.keep_ff.data(), n, p);
     }
     k::add<T>(b.mid.data(), branch, n, next.data());
@@ -152,16 +153,16 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
   target_embedding().forward(prev_tok.data(), rows, batch.tgt_len, h->data());
   if (drop) {
     keep_tgt_embed.resize(n);
-    k::dropout_mask(seed + kTgtEmbed, n, p, keep_tgt_embed.data());
+    k::dropout_mask(step_seed.data(), kTgtEmbed, n, p, keep_tgt_embed.data());
     k::dropout_apply<T>(h->data(), keep_tgt_embed.data(), n, p);
   }
-  const uint64_t dec_base = seed + kFirstBlock + kEncSites * encoder.size();
+  const uint64_t dec_base = kFirstBlock + kEncSites * encoder.size();
   // Each branch's output, dropped out and added at once.
   T* branch = workspace.take(workspace.branch, n);
   auto dropout = [&](Buf<uint8_t>& keep, uint64_t s) {
     if (!drop) return;
     keep.resize(n);
-    k::dropout_mask(s, n, p, keep.data());
+    k::dropout_mask(step_seed.data(), s, n, p, keep.data());
     k::dropout_apply<T>(branch, keep.data(), n, p);
   };
   for (size_t l = 0; l < decoder.size(); ++l) {
@@ -171,12 +172,12 @@ void TranslationModel<T>::forward(const ParallelBatch& batch, bool training, uin
     for (Buf<T>* v : {&b.a, &b.m1, &b.c, &b.m2, &b.b, &next}) v->resize(n);
     b.norm_self->forward(b.x.data(), mask, rows, b.a.data(), training);
     b.self_attn.forward(b.a.data(), nullptr, batch.nseq, batch.tgt_len, batch.tgt_len, nullptr,
-                        branch, pa, site);
+                        branch, pa, step_seed.data(), site);
     dropout(b.keep_self, site + 1);
     k::add<T>(b.x.data(), branch, n, b.m1.data());
     b.norm_cross->forward(b.m1.data(), mask, rows, b.c.data(), training);
     b.cross_attn.forward(b.c.data(), enc_out.data(), batch.nseq, batch.tgt_len, batch.src_len,
-                         src_mask.data(), branch, pa, site + 2);
+                         src_mask.data(), branch, pa, step_seed.data(), site + 2);
     dropout(b.keep_cross, site + 3);
     k::add<T>(b.m1.data(), branch, n, b.m2.data());
     b.norm_ff->forward(b.m2.data(), mask, rows, b.b.data(), training);

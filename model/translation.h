@@ -85,6 +85,7 @@ struct TranslationModel {
   // The current batch on the device (uploaded by encode and forward) and the convenience sums.
   Buf<int32_t> src_tok, prev_tok, tgt_tok;
   Buf<uint8_t> src_mask, tgt_mask;
+  Buf<uint64_t> step_seed;  // the micro-step's dropout seed (k::dropout_mask reads it there)
   Buf<double> sums;
   double forward_s = 0, backward_s = 0;
 

@@ -408,6 +408,94 @@ TEST(Devices, CudaFusedAttentionTrainsAsMaterialized) {
   EXPECT_NE(losses[1], losses[0]) << "cuDNN's attention did not run";
 }
 
+// A StepGraph on a GPU: the first call runs and, having allocated nothing, is captured; later
+// calls replay it, reading the inputs uploaded before each (y = 2x of this call's x); memory
+// allocated between calls makes the next call run and capture again; a call that touches the
+// host inside the capture ends the graphs for good, its eager run's work kept.
+TEST(Devices, StepGraphReplaysReadingLiveInputs) {
+  PN_REQUIRE_DEVICE(Device::CUDA);
+  DeviceScope scope(Device::CUDA);
+  current_context().cuda_graphs = true;
+  const size_t n = 1000;
+  Buf<float> x(n), y(n);
+  StepGraph graph;
+  const auto work = [&] { k::add<float>(x.data(), x.data(), n, y.data()); };
+  for (int call = 1; call <= 4; ++call) {
+    x.from_host(std::vector<float>(n, float(call)));
+    graph.run({int64_t(n)}, work);
+    if (call == 3) {
+      Buf<float> grown(n);  // an allocation and a release: the graph is stale from here
+    }
+    const std::vector<float> got = y.to_host();
+    EXPECT_EQ(got.front(), 2.0f * call) << "call " << call;
+    EXPECT_EQ(got.back(), 2.0f * call) << "call " << call;
+  }
+  EXPECT_EQ(graph.captures(), 2);  // at call 1, and at call 4 after the allocation
+  EXPECT_EQ(graph.replays(), 2);   // calls 2 and 3
+  EXPECT_FALSE(graph.given_up());
+
+  StepGraph syncing;
+  std::vector<float> host(n, 0.0f);
+  const auto reads_back = [&] {
+    k::add<float>(x.data(), x.data(), n, y.data());
+    copy_to_host(host.data(), y.data(), n * sizeof(float));
+    synchronize();
+  };
+  x.from_host(std::vector<float>(n, 5.0f));
+  syncing.run({int64_t(n)}, reads_back);
+  EXPECT_TRUE(syncing.given_up());
+  EXPECT_EQ(syncing.captures(), 0);
+  EXPECT_EQ(host.front(), 10.0f);  // the eager run happened
+  x.from_host(std::vector<float>(n, 6.0f));
+  syncing.run({int64_t(n)}, reads_back);  // eager from now on
+  EXPECT_EQ(host.back(), 12.0f);
+  EXPECT_FALSE(capturing_step_graph());
+}
+
+// --cuda-graphs on against off: 8 updates of a small LM with dropout 0.3 (masks drawn from the
+// seed each replay reads from the device), PN with its warmup counter on the device, two
+// micro-steps per update and a validation every 3 updates (whose larger batches make the graph
+// captured again), fp32 and then bf16 with cuDNN's attention: every loss, validation and running
+// statistic equal to the bit, and the micro-steps replayed.
+TEST(Devices, CudaGraphsTrainAsLaunchByLaunch) {
+  PN_REQUIRE_DEVICE(Device::CUDA);
+  FLAGS_minloglevel = 1;
+  Options o = test::small_lm();
+  set_norm(&o, "power");
+  o.dropout = 0.3, o.update_freq = 2, o.max_update = 8, o.validate_interval_updates = 3;
+  o.pn_warmup = 6;  // micro-steps
+  Corpus corpus = test::builtin();
+  std::vector<int32_t> valid = corpus.valid.to_vector();
+  valid.resize(2048);  // a few batches: the emulation is slow
+  corpus.valid = TokenStream(valid);
+  for (GemmMath math : {GemmMath::fp32, GemmMath::bf16}) {
+    RunResult runs[2];
+    int64_t replays[2] = {0, 0}, captures[2] = {0, 0};
+    for (int on = 0; on < 2; ++on) {
+      o.cuda_graphs = on ? "on" : "off";
+      DeviceScope scope(Device::CUDA, 0, math);
+      auto comm = make_single_communicator();
+      Trainer t(o, *comm, corpus);
+      const TrainResult tr = t.train();
+      runs[on].losses = tr.losses;
+      runs[on].valid_nll = tr.valid_nll;
+      read_norm_state(t, &runs[on]);
+      replays[on] = t.model().step_graph.replays();
+      captures[on] = t.model().step_graph.captures();
+      EXPECT_FALSE(t.model().step_graph.given_up()) << gemm_math_name(math);
+    }
+    const std::string what = std::string("graphs on against off, ") + gemm_math_name(math);
+    ASSERT_EQ(runs[1].losses.size(), 8u) << what;
+    EXPECT_EQ(runs[1].losses, runs[0].losses) << what;
+    EXPECT_EQ(runs[1].valid_nll, runs[0].valid_nll) << what;
+    EXPECT_EQ(runs[1].state, runs[0].state) << what;
+    EXPECT_EQ(replays[0], 0) << what;
+    EXPECT_EQ(captures[0], 0) << what;
+    EXPECT_GE(captures[1], 1) << what;
+    EXPECT_GE(replays[1], 8) << what;  // of the 16 micro-steps
+  }
+}
+
 // A GPU at bf16 keeps a norm's output and the feed-forward's hidden layer only as their bf16
 // rounding (k::gemm_inputs_in_bf16, layers/gemm_input.h), and the loss writes its gradient only
 // as its bf16 rounding: the GEMMs read the rounding they would otherwise make at each call and

@@ -257,9 +257,10 @@ TEST(Kernels, FastExpIsWithinTwoUlpOfExp) {
 TEST(Kernels, DropoutKeepsExpectedFractionAndIsDeterministic) {
   const size_t n = 100000;
   std::vector<uint8_t> a(n), b(n), c(n);
-  k::dropout_mask(42, n, 0.3f, a.data());
-  k::dropout_mask(42, n, 0.3f, b.data());
-  k::dropout_mask(43, n, 0.3f, c.data());
+  const uint64_t seed40 = 40, seed42 = 42;
+  k::dropout_mask(&seed42, 0, n, 0.3f, a.data());
+  k::dropout_mask(&seed40, 2, n, 0.3f, b.data());  // the site adds to the micro-step's seed
+  k::dropout_mask(&seed42, 1, n, 0.3f, c.data());
   size_t kept = 0, same = 0;
   for (size_t i = 0; i < n; ++i) kept += a[i], same += a[i] == c[i];
   EXPECT_EQ(a, b);

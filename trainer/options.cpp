@@ -89,6 +89,7 @@ PN_CHOICES(kDevices, true, "auto", "cpu", "cuda", "sim")
 PN_CHOICES(kPrecisions, true, "fp32", "tf32", "bf16")
 PN_CHOICES(kAttentions, true, "fused", "cudnn", "materialized")
 PN_CHOICES(kOptimizers, true, "adam")
+PN_CHOICES(kOnOff, true, "on", "off")
 #undef PN_CHOICES
 // The choices of a flag of an enum type: the enum's names.
 template <class E>

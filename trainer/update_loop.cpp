@@ -30,6 +30,10 @@ uint64_t mix(uint64_t a, uint64_t b) {  // seeds of independent dropout streams
 // end of the update (checkpoints, and the stop every rank agrees on).
 TrainResult Trainer::train() {
   task_->prepare_training(opt_, comm_.rank(), comm_.size());
+  // Micro-steps replayed as CUDA graphs (kernels/device.h) where none calls the host: one rank
+  // (the gradient all-reduce's hook is the host's), no probes (they read statistics back).
+  current_context().cuda_graphs =
+      opt_.cuda_graphs == "on" && comm_.size() == 1 && opt_.probe_norm_stats.empty();
   Run run = start_run();
   const int64_t end = run.result.update_limit = last_allowed_update();
   // The run that saved this checkpoint was interrupted before the validation due there.

@@ -119,9 +119,9 @@ static inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep) {
+void dropout_mask(const uint64_t* step_seed, uint64_t site, size_t n, float p, uint8_t* keep) {
   const uint64_t threshold = uint64_t(double(p) * 18446744073709551616.0);
-  const uint64_t base = splitmix64(seed);
+  const uint64_t base = splitmix64(*step_seed + site);
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) keep[i] = splitmix64(base ^ (i * 0xD6E8FEB86659FD93ull)) >= threshold;
 }

@@ -37,6 +37,9 @@
 namespace pn::cuda {
 
 int device_count();  // 0 when no GPU is visible (or no driver)
+// Called before each allocation of device memory (kernels/device.cpp: a StepGraph replays only
+// while none has happened since its capture; inside a capture it throws).
+void count_allocation();
 
 // ---- BLAS -----------------------------------------------------------------------------------
 // A cuBLAS handle bound to one stream. math: what the float GEMMs compute in (kernels/device.h):

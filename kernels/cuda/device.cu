@@ -69,6 +69,7 @@ void* cuda_scratch(int slot, size_t bytes, cudaStream_t s) {
   // Grow by at least half again, so a slowly growing shape does not resynchronise each step.
   const size_t want = bytes > p.bytes + p.bytes / 2 ? bytes : p.bytes + p.bytes / 2;
   // Stream-ordered: the old block is released after the kernels queued on s before this call.
+  count_allocation();
   if (p.ptr) CUDA_CHECK(cudaFreeAsync(p.ptr, s));
   p.ptr = nullptr;
   CUDA_CHECK(cudaMallocAsync(&p.ptr, want, s));
@@ -134,6 +135,7 @@ void push_bf16_copy(Blas& b, const float* x, size_t n) {
   }
   c.x = x, c.n = n;
   if (n > c.capacity) {
+    count_allocation();
     if (c.copy) CUDA_CHECK(cudaFreeAsync(c.copy, b.stream));
     c.copy = nullptr;
     CUDA_CHECK(cudaMallocAsync(&c.copy, n * sizeof(__nv_bfloat16), b.stream));

@@ -218,11 +218,13 @@ void gather_rows(const void* src, size_t src_stride, const int32_t* from, int ro
   PN_LAUNCHED();
 }
 
-void dropout_mask(uint64_t seed, size_t n, float p, uint8_t* keep, cudaStream_t s) {
-  // The threshold and the seed's first round are computed on the host exactly as on the CPU.
+void dropout_mask(const uint64_t* step_seed, uint64_t site, size_t n, float p, uint8_t* keep,
+                  cudaStream_t s) {
+  // The threshold is computed on the host exactly as on the CPU; each thread reads the seed (a
+  // CUDA graph replays the launch with the seed of the replay's micro-step).
   const uint64_t threshold = uint64_t(double(p) * 18446744073709551616.0);
-  const uint64_t base = splitmix64(seed);
   for_each(n, s, [=] __device__(size_t i) {
+    const uint64_t base = splitmix64(*step_seed + site);
     keep[i] = splitmix64(base ^ (uint64_t(i) * 0xD6E8FEB86659FD93ull)) >= threshold;
   });
 }

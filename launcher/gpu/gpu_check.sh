@@ -262,9 +262,10 @@ PY
       done'
     [ -f "$OUT/vs_pytorch.log" ] && grep -E '^(==|GPU:|\|)' "$OUT/vs_pytorch.log" >> "$OUT/report.txt"
     # Which library ran what in pntrain's bf16 runs (each says so once on stderr): cuDNN's
-    # attention, the Linear's cuBLASLt epilogues.
+    # attention, the Linear's cuBLASLt epilogues, the micro-step's CUDA graph.
     cat "$OUT"/vs_pytorch_*/pntrain_*bf16*.log 2>/dev/null |
-      grep -E '^pntrain: (attention|a Linear|a ReLU)' | sort | uniq -c >> "$OUT/report.txt"
+      grep -E '^pntrain: (attention|a Linear|a ReLU|a training micro-step|CUDA graphs)' |
+      sort | uniq -c >> "$OUT/report.txt"
   else
     wanted vs_pytorch && record vs_pytorch skipped -1 0 "not started: the ${BUDGET} s budget is spent"
   fi

@@ -396,9 +396,11 @@ TEST(CudaKernels, DropoutMaskBitForBit) {
   const size_t n = 100003;
   for (float p : {0.0f, 0.1f, 0.5f}) {
     std::vector<uint8_t> keep(n);
-    k::dropout_mask(12345 + uint64_t(p * 100), n, p, keep.data());
+    const uint64_t seed = 12345 + uint64_t(p * 100);
+    k::dropout_mask(&seed, 7, n, p, keep.data());
     DBuf<uint8_t> dkeep(n);
-    cuda::dropout_mask(12345 + uint64_t(p * 100), n, p, dkeep.data(), kStream);
+    DBuf<uint64_t> dseed(std::vector<uint64_t>{seed});
+    cuda::dropout_mask(dseed.data(), 7, n, p, dkeep.data(), kStream);
     expect_equal("dropout_mask", dkeep.download(), keep);
 
     auto x = randf(n, 7);
@@ -587,7 +589,8 @@ TEST(CudaKernels, GeneralMultiHeadAttention) {
     }
     const size_t np = size_t(nseq) * H * c.tq * c.tk;
     std::vector<uint8_t> keep(np, 1);
-    if (c.dropout) k::dropout_mask(99, np, 0.2f, keep.data());
+    const uint64_t seed = 99;
+    if (c.dropout) k::dropout_mask(&seed, 0, np, 0.2f, keep.data());
     const float p = c.dropout ? 0.2f : 0.f;
     const uint8_t* km = c.masked ? key_mask.data() : nullptr;
     const uint8_t* kp = c.dropout ? keep.data() : nullptr;
