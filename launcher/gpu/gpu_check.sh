@@ -32,8 +32,10 @@
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first)
-#   throughput_*    [35, 35, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 and tf32 and
-#                   on the CPU
+#   throughput_*    [35 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
+#                   micro-steps as CUDA graphs, then launch by launch: --cuda-graphs off) and
+#                   tf32 and on the CPU; configs/reproduce_long_ptb.ini (the --long cells'
+#                   model, fp32) with and without graphs (--steps throughput runs them all)
 #   vs_pytorch      [what is left] pntrain in bf16 (cuDNN's attention), fp32 and bf16 with
 #                   --attention materialized against PyTorch on the GPU (the twin eager and torch.compile, fp32 and
 #                   bf16 autocast, and for LM configs the plain model of the same shape,
@@ -154,7 +156,10 @@ log_reason() {
   printf '%s' "$line" | cut -c1-200
 }
 # wanted NAME: the step is to run (--steps lists it, or no --steps; the library check always).
-wanted() { [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ]; }
+wanted() {
+  [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ] ||
+    [[ "$1" == throughput_* && "$ONLY" == *",throughput,"* ]]
+}
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
 LIBS_GAP=""
 step() {
@@ -220,26 +225,38 @@ fi
 step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
-  for run in cuda:fp32:35 cuda_tf32:tf32:35 cpu:fp32:45; do
-    IFS=: read -r dev prec limit <<<"$run"
-    step "throughput_$dev" "$limit" "${bundled[@]}" "$B/bin/pntrain" --config "$ROOT/configs/ptb_small.ini" \
-      --data "$B/ptb" --device "${dev%_tf32}" --precision "$prec" --max-update 25 \
-      --validate-interval-updates 0 --log-interval 10 --metrics "$OUT/throughput_$dev.jsonl"
+  # name:config:device:precision:graphs:updates:limit
+  for run in cuda:ptb_small:cuda:fp32:on:25:35 cuda_nographs:ptb_small:cuda:fp32:off:25:35 \
+             cuda_tf32:ptb_small:cuda:tf32:on:25:35 cpu:ptb_small:cpu:fp32:on:25:45 \
+             long_cuda:reproduce_long_ptb:cuda:fp32:on:250:35 \
+             long_cuda_nographs:reproduce_long_ptb:cuda:fp32:off:250:35; do
+    IFS=: read -r name config dev prec graphs updates limit <<<"$run"
+    step "throughput_$name" "$limit" "${bundled[@]}" "$B/bin/pntrain" --config "$ROOT/configs/$config.ini" \
+      --data "$B/ptb" --device "$dev" --precision "$prec" --cuda-graphs "$graphs" \
+      --max-update "$updates" --validate-interval-updates 0 --log-interval 10 \
+      --metrics "$OUT/throughput_$name.jsonl"
   done
+  grep -h '^pntrain: \(a training micro-step\|CUDA graphs\)' "$OUT"/throughput_*.log 2>/dev/null |
+    sort | uniq -c >> "$OUT/report.txt"
   python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
 import json, statistics, sys
 out = sys.argv[1]
-rate = {}
-for dev in ("cuda", "cuda_tf32", "cpu"):
+def rate(name):  # the median tokens/s of the progress lines after the first fifth
     try:
-        rows = [json.loads(l) for l in open(f"{out}/throughput_{dev}.jsonl")]
-        tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r][5:]
-        rate[dev] = statistics.median(tps)
-    except Exception as e:
-        rate[dev] = None
-print(f"{'throughput':<20} ptb_small.ini tokens/s (median of updates 6-25): "
-      f"cuda {rate['cuda']}, cuda tf32 {rate['cuda_tf32']}, cpu {rate['cpu']}"
-      + (f", ratio {rate['cuda'] / rate['cpu']:.1f}" if rate["cuda"] and rate["cpu"] else ""))
+        rows = [json.loads(l) for l in open(f"{out}/throughput_{name}.jsonl")]
+        tps = [r["tokens_per_s"] for r in rows if "tokens_per_s" in r]
+        return round(statistics.median(tps[len(tps) // 5:]))
+    except Exception:
+        return None
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "n/a"
+r = {n: rate(n) for n in ("cuda", "cuda_nographs", "cuda_tf32", "cpu", "long_cuda",
+                          "long_cuda_nographs")}
+print(f"{'throughput':<20} ptb_small.ini tokens/s (median after the first fifth): "
+      f"cuda {r['cuda']} (graphs off {r['cuda_nographs']}, on/off {ratio(r['cuda'], r['cuda_nographs'])}), "
+      f"cuda tf32 {r['cuda_tf32']}, cpu {r['cpu']}, cuda/cpu {ratio(r['cuda'], r['cpu'])}")
+print(f"{'throughput':<20} reproduce_long_ptb.ini fp32 tokens/s: graphs on {r['long_cuda']}, "
+      f"off {r['long_cuda_nographs']}, on/off {ratio(r['long_cuda'], r['long_cuda_nographs'])}")
 PY
   left=$((BUDGET - 10 - SECONDS))
   if ! python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
