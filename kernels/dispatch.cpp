@@ -162,12 +162,15 @@ template bool gemm_inputs_in_bf16<float>();
 template bool gemm_inputs_in_bf16<double>();
 
 template <class T>
+bool gemm_outputs_in_bf16() {
+  return gemm_inputs_in_bf16<T>() && current_context().gemm_bf16_outputs;
+}
+template bool gemm_outputs_in_bf16<float>();
+template bool gemm_outputs_in_bf16<double>();
+
+template <class T>
 size_t relu_mask_bytes(int rows, int out) {
-#ifdef PN_HAVE_CUDA
-  if (gemm_inputs_in_bf16<T>() && current_context().gemm_bf16_outputs)
-    return size_t(rows) * ((size_t(out) + 127) / 128 * 16);
-#endif
-  (void)rows, (void)out;
+  if (gemm_outputs_in_bf16<T>()) return size_t(rows) * ((size_t(out) + 127) / 128 * 16);
   return 0;
 }
 template size_t relu_mask_bytes<float>(int, int);
@@ -521,7 +524,7 @@ LossSums softmax_xent(T* logits, const int32_t* target, const uint8_t* mask, int
     return cpu::softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   const auto s = fetch_sums<3>([&](double* dev) {
     softmax_xent_acc<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, false,
-                        dev);
+                        false, dev);
   });
   return {s[0], s[1], s[2]};
 }

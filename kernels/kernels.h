@@ -70,6 +70,11 @@ bool gemm_inputs_in_bf16();
 // mask is kept there).
 template <class T>
 size_t relu_mask_bytes(int rows, int out);
+// Where a GPU's GEMMs read bf16 inputs and write bf16 outputs (gemm_inputs_in_bf16 and
+// Context::gemm_bf16_outputs), for float: there the output layer writes its logits in bf16
+// (half the bytes for the GEMM to write and the loss to read), as autocast's bf16 Linear does.
+template <class T>
+bool gemm_outputs_in_bf16();
 // A float matrix [rows, ld] overwritten row by row with its values' bf16 roundings, each row's in
 // the first half of its own bytes (softmax_xent_acc's grad_bf16): a bf16 matrix whose rows are
 // 2 ld apart, at the same address.

@@ -64,12 +64,11 @@ void Embedding<T>::output_forward(const T* h, int rows, T* logits, int ld) const
 }
 
 template <class T>
-void Embedding<T>::output_backward(const T* h, const T* dlogits, bool dlogits_bf16, int rows,
-                                   int ld, T* dh) const {
+void Embedding<T>::output_backward(const T* h, const T* dlogits, const uint16_t* dlogits16,
+                                   int ld16, int rows, int ld, T* dh) const {
   // bf16 GEMMs: dlogits rounded once for both, unless the loss left them rounded in place
-  const uint16_t* d16 = nullptr;
-  if constexpr (std::is_same_v<T, float>)
-    if (dlogits_bf16) d16 = k::bf16_rows_in_place(dlogits), ld = k::bf16_rows_in_place_ld(ld);
+  const uint16_t* d16 = dlogits16;
+  if (d16) ld = ld16;
   const T* d32 = d16 ? nullptr : dlogits;
   const k::Bf16Copy rounded(d32, size_t(rows) * ld);
   k::gemm_kept<T>(false, false, rows, dim, padded_vocab, d32, d16, ld, store->p(table), nullptr,
@@ -83,22 +82,32 @@ void Embedding<T>::output_loss(const T* h, const int32_t* target, const uint8_t*
                               T label_smoothing, T grad_scale, double* loss_sums, Buf<T>& logits,
                               T* dh, size_t max_logits) const {
   const int ld = logits_ld();
-  const int chunk = logits_chunk_rows(rows, ld, max_logits);
-  // The gradient in place of the logits, as its bf16 rounding where that is all the GEMMs read.
+  // The gradient in place of the logits, as its bf16 rounding where that is all the GEMMs read;
+  // in training the logits themselves in bf16 where the GEMMs write bf16 (rows ld apart): half
+  // the bytes, so a chunk of twice the rows in the same memory.
   const bool g16 = dh && k::gemm_inputs_in_bf16<T>();
-  logits.resize(size_t(std::min(chunk, rows)) * ld);
+  const bool z16 = g16 && k::gemm_outputs_in_bf16<T>() && ld == padded_vocab;
+  const int chunk = logits_chunk_rows(rows, ld, z16 ? 2 * max_logits : max_logits);
+  const size_t held = size_t(std::min(chunk, rows)) * ld;
+  logits.resize(z16 ? (held + 1) / 2 : held);
+  uint16_t* bits = reinterpret_cast<uint16_t*>(logits.data());  // z16, then the gradient's
   for (int r0 = 0; r0 < rows; r0 += chunk) {
     const int r = std::min(chunk, rows - r0);
     const T* hr = h + size_t(r0) * dim;
-    output_forward(hr, r, logits.data(), ld);
+    if (z16)
+      k::linear_forward<T>(hr, nullptr, r, dim, padded_vocab, store->p(table), nullptr, false,
+                           nullptr, bits, nullptr);
+    else
+      output_forward(hr, r, logits.data(), ld);
     if (!dh) {
       k::softmax_xent_eval_acc<T>(logits.data(), target + r0, mask + r0, r, vocab, ld,
                                   label_smoothing, loss_sums);
       continue;
     }
     k::softmax_xent_acc<T>(logits.data(), target + r0, mask + r0, r, vocab, ld, label_smoothing,
-                           grad_scale, g16, loss_sums);
-    output_backward(hr, logits.data(), g16, r, ld, dh + size_t(r0) * dim);
+                           grad_scale, g16, z16, loss_sums);
+    output_backward(hr, logits.data(), g16 ? bits : nullptr,
+                    z16 ? ld : k::bf16_rows_in_place_ld(ld), r, ld, dh + size_t(r0) * dim);
   }
 }
 

@@ -9,8 +9,9 @@
 // never reads those columns and sets their gradient to 0, so dE there is 0 and Adam leaves them 0.
 // The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
 // a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels.
-// The loss (output_loss) runs over chunks of rows whose logits hold at most max_logits values:
-// GPT-2 small's 16384 x 33,344 fp32 logits alone would be 2.2 GB, the largest buffer of an update.
+// The loss (output_loss) runs over chunks of rows whose logits hold at most max_logits values
+// (twice as many where they are bf16, in the same bytes: k::gemm_outputs_in_bf16): GPT-2 small's
+// 16384 x 33,344 fp32 logits alone would be 2.2 GB, the largest buffer of an update.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,10 +52,10 @@ struct Embedding {
   // logits[:, 0:Vp] = h E^T, rows ld >= Vp apart; columns [V, Vp) come out 0.
   void output_forward(const T* h, int rows, T* logits, int ld) const;
   // dlogits' columns [V, Vp) must be 0 (softmax_xent leaves them so). dh overwritten.
-  // dlogits_bf16: dlogits hold the gradient's bf16 rounding in place (softmax_xent_acc's
-  // grad_bf16), which the GEMMs read.
-  void output_backward(const T* h, const T* dlogits, bool dlogits_bf16, int rows, int ld,
-                       T* dh) const;
+  // dlogits16: where not null, the gradient's bf16 rounding, rows ld16 apart (softmax_xent_acc's
+  // grad_bf16 in place of the logits), which the GEMMs read instead of dlogits.
+  void output_backward(const T* h, const T* dlogits, const uint16_t* dlogits16, int ld16,
+                       int rows, int ld, T* dh) const;
   // The output layer and the label-smoothed cross-entropy of rows of h, chunk by chunk
   // (logits_chunk_rows), the loss sums {loss, nll, tokens} added to loss_sums (device memory).
   // With dh (training): dh overwritten with the loss's gradient times grad_scale, dE accumulated.

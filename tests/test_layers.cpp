@@ -70,7 +70,7 @@ TEST(Embedding, GradientOfInputAndTiedOutput) {
   loss_out();
   for (int r = 0; r < rows; ++r)
     for (int j = V; j < ld; ++j) ASSERT_EQ(logits[size_t(r) * ld + j], 0.0) << "padding written";
-  emb.output_backward(h.data(), wl.data(), false, rows, ld, dh.data());
+  emb.output_backward(h.data(), wl.data(), nullptr, 0, rows, ld, dh.data());
   expect_gradient("dh (output)", h, dh, loss_out);
   dE = s.grad;
   expect_gradient("dE (output)", s.data, dE, loss_out);

@@ -86,7 +86,7 @@ TEST(VocabPadding, OutputLayerEqualsTheUnpaddedOne) {
     for (int r = 0; r < rows; ++r)
       for (int j = 0; j < V; ++j) dlogits[size_t(r) * ld + j] = w[size_t(r) * V + j];
     dh->resize(size_t(rows) * d);
-    emb.output_backward(h.data(), dlogits.data(), false, rows, ld, dh->data());
+    emb.output_backward(h.data(), dlogits.data(), nullptr, 0, rows, ld, dh->data());
     *dE = s.grad;
     const ParamSpec& t = s.specs[0];
     for (size_t i = t.offset + t.numel; i < t.offset + t.numel + t.reserve; ++i)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/float_rounding.h"
@@ -15,9 +16,22 @@ namespace pn::k::cpu {
 
 template <class T>
 void softmax_xent_acc(T* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
-                      int ld, T label_smoothing, T grad_scale, bool grad_bf16, double* sums) {
+                      int ld, T label_smoothing, T grad_scale, bool grad_bf16, bool logits_bf16,
+                      double* sums) {
   if (grad_bf16 && !std::is_same_v<T, float>)
     throw std::logic_error("softmax_xent_acc: a bf16 gradient of double logits");
+  if (logits_bf16 && !grad_bf16)
+    throw std::logic_error("softmax_xent_acc: bf16 logits with an fp32 gradient");
+  if (logits_bf16) {  // the float path over the logits' values, its gradient rounded back
+    uint16_t* z16 = reinterpret_cast<uint16_t*>(logits);
+    std::vector<float> z(size_t(rows) * ld);
+    for (size_t i = 0; i < z.size(); ++i) z[i] = bf16_value(z16[i]);
+    const LossSums s = softmax_xent<float>(z.data(), target, mask, rows, V, ld,
+                                           float(label_smoothing), float(grad_scale));
+    sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;
+    for (size_t i = 0; i < z.size(); ++i) z16[i] = bf16_bits(z[i]);
+    return;
+  }
   const LossSums s =
       softmax_xent<T>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale);
   sums[0] += s.loss, sums[1] += s.nll, sums[2] += s.ntokens;

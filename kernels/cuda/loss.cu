@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -25,16 +26,20 @@ namespace {
 // over the row: in fp32, or (kBf16) as its bf16 roundings in the first half of the row's bytes.
 // Value j's two bytes land on value j / 2, so the second pass goes in stages of kStage
 // stretches of blockDim values in ascending order, each read whole (its loads in flight
-// together) before any of its values is written.
+// together) before any of its values is written. kIn16 (with kBf16): the logits are bf16, rows
+// ld apart, and each gradient value overwrites its own logit (no stage waits for another).
 constexpr int kStage = 8;
-template <bool kGrad, bool kBf16>
+template <bool kGrad, bool kBf16, bool kIn16>
 __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint8_t* mask, int V,
                                 int ld, float eps, float grad_scale, double* row_out) {
+  static_assert(!kIn16 || kBf16, "bf16 logits take a bf16 gradient");
   __shared__ double shd[kThreads / 32];
   __shared__ float shf[kThreads / 32];
   const int i = blockIdx.x;
-  float* z = logits + size_t(i) * ld;
-  __nv_bfloat16* z16 = reinterpret_cast<__nv_bfloat16*>(z);
+  float* z = logits + size_t(i) * ld;  // unread with kIn16
+  __nv_bfloat16* z16 = kIn16 ? reinterpret_cast<__nv_bfloat16*>(logits) + size_t(i) * ld
+                             : reinterpret_cast<__nv_bfloat16*>(z);
+  const auto load = [&](int j) { return kIn16 ? __bfloat162float(z16[j]) : z[j]; };
   auto put = [&](int j, float g) {
     if (kBf16)
       z16[j] = __float2bfloat16_rn(g);
@@ -52,7 +57,7 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   double se = 0, sz = 0;
 #pragma unroll 4
   for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    const float v = z[j];
+    const float v = load(j);
     if (v > m) se *= exp(double(m) - double(v)), m = v;
     se += double(expf(v - m));
     sz += double(v);
@@ -63,7 +68,7 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   const int t = target[i];
   const double lse = double(mx) + log(se);
   const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
-  const double nll = lse - double(z[t]);
+  const double nll = lse - double(load(t));
   if (threadIdx.x == 0) {
     out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
     out[1] = nll;
@@ -81,11 +86,11 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
       const int j = j0 + u * blockDim.x + threadIdx.x;
       g[u] = 0.f;
       if (j < V) {
-        g[u] = grad_scale * (expf(z[j] - mx) * inv_sum - eps_f);
+        g[u] = grad_scale * (expf(load(j) - mx) * inv_sum - eps_f);
         if (j == t) g[u] -= grad_scale * (1.f - eps - eps_f);
       }
     }
-    if (kBf16) __syncthreads();  // the stage read whole before it is overwritten
+    if (kBf16 && !kIn16) __syncthreads();  // the stage read whole before it is overwritten
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
       const int j = j0 + u * blockDim.x + threadIdx.x;
@@ -105,12 +110,12 @@ __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
   }
 }
 
-template <bool kGrad, bool kBf16 = false>
+template <bool kGrad, bool kBf16 = false, bool kIn16 = false>
 void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, int ld,
           float eps, float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
   if (rows > 0) {
-    PN_LAUNCH((xent_row_kernel<kGrad, kBf16>), rows, kThreads, 0, s)(
+    PN_LAUNCH((xent_row_kernel<kGrad, kBf16, kIn16>), rows, kThreads, 0, s)(
         logits, target, mask, V, ld, eps, grad_scale, row_out);
     PN_LAUNCHED();
   }
@@ -142,9 +147,14 @@ k::LossSums loss_sums_host(const double* sums, cudaStream_t s) {
 
 void softmax_xent_acc(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V,
                       int ld, float label_smoothing, float grad_scale, bool grad_bf16,
-                      double* sums, cudaStream_t s) {
+                      bool logits_bf16, double* sums, cudaStream_t s) {
+  if (logits_bf16 && !grad_bf16)
+    throw std::logic_error("softmax_xent_acc: bf16 logits with an fp32 gradient");
   double* tmp = scratch_as<double>(kSlotSums, 3, s);
-  if (grad_bf16)
+  if (logits_bf16)
+    xent<true, true, true>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp,
+                           s);
+  else if (grad_bf16)
     xent<true, true>(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);
   else
     softmax_xent(logits, target, mask, rows, V, ld, label_smoothing, grad_scale, tmp, s);

@@ -737,9 +737,9 @@ TEST(CudaKernels, LossGradientInBf16IsItsFp32Rounded) {
   DBuf<double> sums32(std::vector<double>(3, 0.0)), sums16(std::vector<double>(3, 0.0));
   DBuf<uint16_t> rounded(n);
   cuda::softmax_xent_acc(grad32.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.25f,
-                         false, sums32.data(), kStream);
+                         false, false, sums32.data(), kStream);
   cuda::softmax_xent_acc(grad16.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.25f,
-                         true, sums16.data(), kStream);
+                         true, false, sums16.data(), kStream);
   cuda::round_bf16(grad32.data(), n, rounded.data(), kStream);
   const std::vector<uint16_t> got = in_place_bits(grad16.download());
   EXPECT_EQ(got, rounded.download()) << "GPU: not the fp32 gradient rounded";
@@ -749,9 +749,9 @@ TEST(CudaKernels, LossGradientInBf16IsItsFp32Rounded) {
   std::vector<uint16_t> c_rounded(n);
   double c_sums32[3] = {0, 0, 0}, c_sums16[3] = {0, 0, 0};
   k::cpu::softmax_xent_acc<float>(c32.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.25f,
-                                  false, c_sums32);
+                                  false, false, c_sums32);
   k::cpu::softmax_xent_acc<float>(c16.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.25f,
-                                  true, c_sums16);
+                                  true, false, c_sums16);
   k::cpu::round_bf16(c32.data(), n, c_rounded.data());
   const std::vector<uint16_t> cpu = in_place_bits(c16);
   EXPECT_EQ(cpu, c_rounded) << "CPU: not the fp32 gradient rounded";
@@ -765,6 +765,63 @@ TEST(CudaKernels, LossGradientInBf16IsItsFp32Rounded) {
   }
   EXPECT_EQ(far, 0u) << "values more than one bf16 step from the CPU's";
   EXPECT_EQ(padding, 0u) << "a padded word with a gradient";
+}
+
+// The loss of logits that are bf16 themselves (softmax_xent_acc's logits_bf16, as the output
+// GEMM writes them where GEMMs write bf16): the sums and the gradient's bf16 bits equal to the bit
+// those of the fp32 path given the same values, on the GPU and on its CPU twin.
+TEST(CudaKernels, LossOfBf16LogitsIsTheLossOfTheirValues) {
+  PN_REQUIRE_GPU();
+  const int rows = 29, V = 601, ld = 640;
+  std::vector<int32_t> target(rows);
+  for (int i = 0; i < rows; ++i) target[i] = (i * 41) % V;
+  const std::vector<uint8_t> mask = random_mask(rows, 15);
+  const auto raw = randf(size_t(rows) * ld, 16, 4.f);
+  const size_t n = raw.size();
+  std::vector<uint16_t> z16(n);
+  k::cpu::round_bf16(raw.data(), n, z16.data());
+  std::vector<float> values(n);  // what the bf16 logits are, in float
+  for (size_t i = 0; i < n; ++i) values[i] = bf16_value(z16[i]);
+  // The fp32 path's gradient bits (grad_bf16: row r's in the first half of its own bytes).
+  auto in_place_bits = [&](const std::vector<float>& m) {
+    std::vector<uint16_t> bits(n);
+    const uint16_t* rows16 = k::bf16_rows_in_place(m.data());
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < ld; ++j)
+        bits[size_t(r) * ld + j] = rows16[size_t(r) * k::bf16_rows_in_place_ld(ld) + j];
+    return bits;
+  };
+  // A float buffer of rows x ld whose first half holds the bf16 matrix [rows, ld].
+  auto holding_bf16 = [&]() {
+    std::vector<float> buf(n, 0.f);
+    std::memcpy(buf.data(), z16.data(), n * sizeof(uint16_t));
+    return buf;
+  };
+  auto leading_bits = [&](const std::vector<float>& buf) {
+    std::vector<uint16_t> bits(n);
+    std::memcpy(bits.data(), buf.data(), n * sizeof(uint16_t));
+    return bits;
+  };
+  DBuf<int32_t> dtarget(target);
+  DBuf<uint8_t> dmask(mask);
+  DBuf<float> from32(values), from16(holding_bf16());
+  DBuf<double> sums32(std::vector<double>(3, 0.0)), sums16(std::vector<double>(3, 0.0));
+  cuda::softmax_xent_acc(from32.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.5f,
+                         true, false, sums32.data(), kStream);
+  cuda::softmax_xent_acc(from16.data(), dtarget.data(), dmask.data(), rows, V, ld, 0.1f, 0.5f,
+                         true, true, sums16.data(), kStream);
+  EXPECT_EQ(leading_bits(from16.download()), in_place_bits(from32.download())) << "GPU";
+  EXPECT_EQ(sums16.download(), sums32.download()) << "GPU";
+  EXPECT_GT(sums16.download()[2], 0.0);
+
+  std::vector<float> c32 = values, c16 = holding_bf16();
+  double c_sums32[3] = {0, 0, 0}, c_sums16[3] = {0, 0, 0};
+  k::cpu::softmax_xent_acc<float>(c32.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.5f,
+                                  true, false, c_sums32);
+  k::cpu::softmax_xent_acc<float>(c16.data(), target.data(), mask.data(), rows, V, ld, 0.1f, 0.5f,
+                                  true, true, c_sums16);
+  EXPECT_EQ(leading_bits(c16), in_place_bits(c32)) << "CPU";
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(c_sums16[k], c_sums32[k]) << "CPU";
 }
 
 // A norm's output written by its own kernel as its bf16 rounding (y16, where only GEMMs read it)
