@@ -32,7 +32,7 @@
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first)
-#   throughput_*    [35 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
+#   throughput_*    [20-25 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
 #                   micro-steps as CUDA graphs, then launch by launch: --cuda-graphs off) and
 #                   tf32 and on the CPU; configs/reproduce_long_ptb.ini (the --long cells'
 #                   model, fp32) with and without graphs (--steps throughput runs them all)
@@ -226,10 +226,10 @@ step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 1024
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit
-  for run in cuda:ptb_small:cuda:fp32:on:25:35 cuda_nographs:ptb_small:cuda:fp32:off:25:35 \
-             cuda_tf32:ptb_small:cuda:tf32:on:25:35 cpu:ptb_small:cpu:fp32:on:25:45 \
-             long_cuda:reproduce_long_ptb:cuda:fp32:on:250:35 \
-             long_cuda_nographs:reproduce_long_ptb:cuda:fp32:off:250:35; do
+  for run in cuda:ptb_small:cuda:fp32:on:25:25 cuda_nographs:ptb_small:cuda:fp32:off:25:20 \
+             cuda_tf32:ptb_small:cuda:tf32:on:25:25 cpu:ptb_small:cpu:fp32:on:25:45 \
+             long_cuda:reproduce_long_ptb:cuda:fp32:on:250:20 \
+             long_cuda_nographs:reproduce_long_ptb:cuda:fp32:off:250:20; do
     IFS=: read -r name config dev prec graphs updates limit <<<"$run"
     step "throughput_$name" "$limit" "${bundled[@]}" "$B/bin/pntrain" --config "$ROOT/configs/$config.ini" \
       --data "$B/ptb" --device "$dev" --precision "$prec" --cuda-graphs "$graphs" \
