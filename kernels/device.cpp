@@ -425,13 +425,12 @@ void StepGraph::capture(const std::vector<int64_t>& key, const std::function<voi
   exec_ = exec;
   key_ = key;
   allocations_ = allocations.load();
-  if (captures_++ == 0) {
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      std::fprintf(stderr, "pntrain: a training micro-step: one CUDA graph of %zu nodes, "
-                   "replayed\n", nodes);
-    });
-  }
+  ++captures_;
+  static std::once_flag said;  // once a process, as the other lines of what ran where
+  std::call_once(said, [&] {
+    std::fprintf(stderr, "pntrain: a training micro-step: one CUDA graph of %zu nodes, "
+                 "replayed\n", nodes);
+  });
 #else
   (void)key, (void)work;
 #endif
