@@ -302,7 +302,7 @@ void bench_parts(pn::Communicator& comm, Inputs& in, int groups, int warmup, int
                                         s2.data()); }},
       {"column_affine (x->y)", 2,
        [&] { pn::k::column_affine<float>(x, rows, d, shift.data(), scale.data(), gamma.data(),
-                                         beta.data(), y, nullptr); }},
+                                         beta.data(), y, nullptr, nullptr); }},
       {"column_dot (dy,x)", 2,
        [&] { pn::k::column_dot<float>(dy, x, nullptr, rows, d, shift.data(), s1.data(),
                                       s2.data()); }},

@@ -327,10 +327,11 @@ void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, co
 
 template <class T>
 void column_affine(const T* x, int rows, int d, const double* shift, const double* scale,
-                   const T* gamma, const T* beta, T* y, uint16_t* y16) {
+                   const T* gamma, const T* beta, T* y, uint16_t* y16, const double* when) {
+  if (when && !(*when > 0)) return;
   if (y16)
     return rounded_output<T>(size_t(rows) * d, y16, [&](T* t) {
-      column_affine<T>(x, rows, d, shift, scale, gamma, beta, t, nullptr);
+      column_affine<T>(x, rows, d, shift, scale, gamma, beta, t, nullptr, nullptr);
     });
   // y = A (x - shf) + B with shf = T(shift), A = gamma * scale,
   // B = beta - A (shift - shf)   (the rounding of the shift, corrected in double).
@@ -545,6 +546,28 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
     combine_chunks(part, nch, 2 * size_t(d), d, dgamma);
     combine_chunks(part + d, nch, 2 * size_t(d), d, dbeta);
   }
+}
+
+// The CPU reads its input from cache in each pass: the fused operations are their parts in order.
+template <class T>
+void column_stats_affine(const T* a, const T* b, const uint8_t* keep, float p, T* x,
+                         const uint8_t* mask, int rows, int d, const double* shift, double* count,
+                         double* sum, double* sumsq, const double* scale, const T* gamma,
+                         const T* beta, T* y, uint16_t* y16) {
+  if (b) {
+    dropout_add<T>(a, b, keep, p, size_t(rows) * size_t(d), x);
+    a = x;
+  }
+  column_stats<T>(a, mask, rows, d, shift, count, sum, sumsq);
+  if (y || y16) column_affine<T>(a, rows, d, shift, scale, gamma, beta, y, y16, nullptr);
+}
+
+template <class T>
+void column_backward_dot(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
+                         const double* scale, const T* gamma, const double* b, T* dx,
+                         bool add_to_dx, double* sum_dy, double* sum_dy_x) {
+  column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy, sum_dy_x);
+  column_norm_backward<T>(x, dy, mask, rows, d, nullptr, scale, gamma, nullptr, b, dx, add_to_dx);
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

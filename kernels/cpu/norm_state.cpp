@@ -118,8 +118,9 @@ void power_v_absorb(const double* stats, int d, double eps, double alpha, double
 }
 
 void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
-                      const double* running_psi2, double* inv_s) {
-  if (*t + 1 <= double(warmup)) return;
+                      const double* running_psi2, double* inv_s, double* warm) {
+  *warm = *t + 1 <= double(warmup) ? 1.0 : 0.0;
+  if (*warm > 0) return;
   for (int c = 0; c < d; ++c) inv_s[c] = 1.0 / std::sqrt(running_psi2[c] + eps);
 }
 

@@ -110,6 +110,24 @@ constexpr int kColTile = 32, kColLanes = 8, kColRowChunk = 256;
 
 inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowChunk; }
 
+// The end of level 1 in a block of kColTile x kColLanes threads: thread (tx, ty) holds the sums
+// s0, s1 of its rows of column c; the row lanes are added in lane order into part[(ch * 2 + k) *
+// d + c]. Every thread of the block must call it (a barrier).
+__device__ __forceinline__ void block_partials(double s0, double s1, int ch, int c, int d,
+                                               double* part) {
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  __shared__ double sh[2][kColLanes][kColTile];
+  sh[0][ty][tx] = s0;
+  sh[1][ty][tx] = s1;
+  __syncthreads();
+  if (ty < 2 && c < d) {
+    double acc = 0;
+#pragma unroll
+    for (int l = 0; l < kColLanes; ++l) acc += sh[ty][l][tx];
+    part[(size_t(ch) * 2 + ty) * d + c] = acc;
+  }
+}
+
 template <class Op>
 __global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d, double* part) {
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -130,16 +148,7 @@ __global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int
         s1 += v1;
       }
     }
-  __shared__ double sh[2][kColLanes][kColTile];
-  sh[0][ty][tx] = s0;
-  sh[1][ty][tx] = s1;
-  __syncthreads();
-  if (ty < 2 && c < d) {
-    double acc = 0;
-#pragma unroll
-    for (int l = 0; l < kColLanes; ++l) acc += sh[ty][l][tx];
-    part[(size_t(ch) * 2 + ty) * d + c] = acc;
-  }
+  block_partials(s0, s1, ch, c, d, part);
 }
 
 // dst0[c] (=|+=) sum over chunks of part[.., 0, c], dst1 likewise (either may be null).

@@ -3,7 +3,10 @@
 // Column statistics over tokens (batch, power_v, power; bias and parameter gradients too) are
 // one pass over the rows with the two-level reduction of common.cuh: blocks of 32 columns x 256
 // rows sum float inputs in double, then each column adds its block sums in block order. No
-// atomics: the partition depends on the shape only, so results repeat bit for bit.
+// atomics: the partition depends on the shape only, so results repeat bit for bit. The batch-type
+// norms' per-element maps walk the same blocks (column_pass_kernel), each thread with its
+// column's coefficients in registers, and a map whose coefficients are known before the sums
+// (PN's) runs in the pass that sums: one read of the input where two passes make two.
 // Row statistics (layer, rms, group, pre-scaling) give one warp to each (row, group), summing
 // in double with a butterfly of shuffles; groups of up to 1024 are read once into registers,
 // and the backward sums the parameter gradients as it goes (no second pass over x and dy).
@@ -23,6 +26,71 @@
 namespace pn::cuda {
 namespace {
 
+// ---- column passes ---------------------------------------------------------------------------
+// A block takes kColRowChunk rows of kColTile columns (block kColTile x kColLanes, grid chunks x
+// column tiles): thread (tx, ty) has column c = tile * 32 + tx and rows r0 + ty, r0 + ty + 8, ...,
+// which it takes kStageRows at a time: first every load of the stage (so that they are in flight
+// together), then the per-element work in row order. A Pass gives
+//   Column column(c):   the column's coefficients, loaded once;
+//   In load(col, i):    the inputs of element i;
+//   void apply(col, i, in, live, v0, v1):  its outputs written, and its two summed values.
+// The sums of the live rows go through block_partials into part (null: nothing summed): the
+// partition and order of column_partials_kernel, so that the sums are column_reduce's, to the
+// bit. when: null, or a device value: the pass does nothing unless *when > 0.
+constexpr int kStageRows = 8;
+template <class Pass>
+__global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int d,
+                                   const double* when, double* part) {
+  if (when && !(*when > 0)) return;  // uniform over the grid: no barrier is left half-reached
+  const int c = blockIdx.y * kColTile + threadIdx.x, ch = blockIdx.x;
+  const int r0 = ch * kColRowChunk, r1 = min(rows, r0 + kColRowChunk);
+  double s0 = 0, s1 = 0;
+  if (c < d) {
+    const typename Pass::Column col = pass.column(c);
+    for (int rs = r0 + threadIdx.y; rs < r1; rs += kStageRows * kColLanes) {
+      typename Pass::In in[kStageRows] = {};
+      bool lv[kStageRows] = {};
+#pragma unroll
+      for (int k = 0; k < kStageRows; ++k) {
+        const int r = rs + k * kColLanes;
+        if (r >= r1) continue;
+        lv[k] = live(mask, r);
+        in[k] = pass.load(col, size_t(r) * d + c);
+      }
+#pragma unroll
+      for (int k = 0; k < kStageRows; ++k) {
+        const int r = rs + k * kColLanes;
+        if (r >= r1) continue;
+        double v0 = 0, v1 = 0;
+        pass.apply(col, size_t(r) * d + c, in[k], lv[k], v0, v1);
+        if (lv[k]) {
+          s0 += v0;
+          s1 += v1;
+        }
+      }
+    }
+  }
+  if (part) block_partials(s0, s1, ch, c, d, part);
+}
+
+// Both levels of a pass on stream s: dst0, dst1 as column_reduce's (with rows == 0 the double
+// destinations become 0); without destinations, the map alone.
+template <class Pass, class Dst>
+void column_pass(const Pass& pass, const uint8_t* mask, int rows, int d, const double* when,
+                 Dst* dst0, Dst* dst1, cudaStream_t s) {
+  if (d <= 0) return;
+  const bool sums = dst0 || dst1;
+  const int nch = column_chunks(rows);
+  double* part = sums && nch > 0 ? scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s)
+                                 : nullptr;
+  if (nch > 0) {
+    const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
+    PN_LAUNCH(column_pass_kernel<Pass>, grid, block, 0, s)(pass, mask, rows, d, when, part);
+    PN_LAUNCHED();
+  }
+  if (sums) column_combine(part, nch, d, dst0, dst1, s);
+}
+
 // A norm's output value i: in fp32 (y), or only as its bf16 rounding where y16 is given.
 __device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float v) {
   if (y16)
@@ -37,40 +105,8 @@ __device__ __forceinline__ void put_grad(float* dx, size_t i, float v, bool add)
   dx[i] = add ? __fadd_rn(dx[i], v) : v;
 }
 
-// ---- column statistics ----------------------------------------------------------------------
-struct StatsOp {  // v0 = x - shift_c, v1 = v0^2
-  const float* x;
-  const double* shift;
-  int d;
-  __device__ void operator()(int r, int c, double& v0, double& v1) const {
-    v0 = double(x[size_t(r) * d + c]) - (shift ? shift[c] : 0.0);
-    v1 = v0 * v0;
-  }
-};
-struct DotOp {  // v0 = a, v1 = a (b - shift_c)
-  const float* a;
-  const float* b;
-  const double* shift;
-  int d;
-  __device__ void operator()(int r, int c, double& v0, double& v1) const {
-    const size_t i = size_t(r) * d + c;
-    v0 = double(a[i]);
-    v1 = v0 * (double(b[i]) - (shift ? shift[c] : 0.0));
-  }
-};
-
-// *count = number of live rows (integer sum in one block: exact and deterministic).
-__global__ void count_rows_kernel(const uint8_t* mask, int rows, double* count) {
-  __shared__ double sh[kThreads / 32];
-  double n = 0;
-  for (int r = threadIdx.x; r < rows; r += blockDim.x) n += live(mask, r) ? 1.0 : 0.0;
-  n = block_sum(n, sh);
-  if (threadIdx.x == 0) *count = n;
-}
-
-// ---- per-column coefficients of the affine maps -----------------------------------------------
-// column_affine: y = A (x - S) + B;  A = gamma scale, S = float(shift),
-//                B = beta - A (shift - S)
+// column_affine's coefficients: y = A (x - S) + B;  A = gamma scale, S = float(shift),
+// B = beta - A (shift - S)
 __global__ void affine_coeffs_kernel(int d, const double* shift, const double* scale,
                                      const float* gamma, const float* beta, float* co) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -82,25 +118,8 @@ __global__ void affine_coeffs_kernel(int d, const double* shift, const double* s
   co[d + c] = sf;
   co[2 * d + c] = float((beta ? double(beta[c]) : 0.0) - a * (s - double(sf)));
 }
-// The per-element maps walk a 2-D grid: a thread owns one column (its coefficients stay in
-// registers) and strides over rows, so there is no per-element index division.
-constexpr int kMapRows = 8;  // rows per block step (blockDim.y)
-dim3 map_grid(int rows, int d) {
-  const int gy = (rows + kMapRows - 1) / kMapRows;
-  return dim3((d + kColTile - 1) / kColTile, gy < 4096 ? gy : 4096);
-}
-__global__ void affine_apply_kernel(const float* x, int rows, int d, const float* co, float* y,
-                                    uint16_t* y16) {
-  const int c = blockIdx.x * kColTile + threadIdx.x;
-  if (c >= d) return;
-  const float A = co[c], S = co[d + c], B = co[2 * d + c];
-  for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
-    const size_t i = size_t(r) * d + c;
-    put_out(y, y16, i, __fadd_rn(__fmul_rn(A, __fsub_rn(x[i], S)), B));
-  }
-}
 
-// column_norm_backward: with u = x - S (S = float(shift), e = shift - S),
+// column_norm_backward's: with u = x - S (S = float(shift), e = shift - S),
 // dx = P dy + Q u + R,  P = scale gamma, Q = -scale^2 b, R = scale (b scale e - a); 0 if masked.
 __global__ void backward_coeffs_kernel(int d, const double* shift, const double* scale,
                                        const float* gamma, const double* a, const double* b,
@@ -115,20 +134,129 @@ __global__ void backward_coeffs_kernel(int d, const double* shift, const double*
   co[2 * d + c] = float(sc * (b[c] * sc * e - (a ? a[c] : 0.0)));
   co[3 * d + c] = sf;
 }
-__global__ void backward_apply_kernel(const float* x, const float* dy, const uint8_t* mask,
-                                      int rows, int d, const float* co, float* dx, bool add) {
-  const int c = blockIdx.x * kColTile + threadIdx.x;
-  if (c >= d) return;
-  const float P = co[c], Q = co[d + c], R = co[2 * d + c], S = co[3 * d + c];
-  for (int r = blockIdx.y * kMapRows + threadIdx.y; r < rows; r += gridDim.y * kMapRows) {
-    const size_t i = size_t(r) * d + c;
-    if (!live(mask, r)) {
-      if (!add) dx[i] = 0.f;
-      continue;
-    }
-    put_grad(dx, i, __fadd_rn(__fadd_rn(__fmul_rn(P, dy[i]), __fmul_rn(Q, __fsub_rn(x[i], S))), R),
-             add);
+
+// x = a, or a + dropout(b) written to x_out (dropout_add's rounding); sums v0 = x - shift_c,
+// v1 = v0^2 (column_stats); with co, y = A (x - S) + B (column_affine's rounding).
+struct StatsAffinePass {
+  const float* a;
+  const float* b;       // null: x = a
+  const uint8_t* keep;  // null: no dropout
+  float keep_scale;     // 1 / (1 - p)
+  float* x_out;
+  const double* shift;  // null: 0
+  const float* co;      // null: no map
+  float* y;
+  uint16_t* y16;
+  int d;
+  struct Column {
+    double shift;
+    float A, S, B;
+  };
+  struct In {
+    float a, b;
+    bool kept;
+  };
+  __device__ Column column(int c) const {
+    Column k{shift ? shift[c] : 0.0, 0.f, 0.f, 0.f};
+    if (co) k = {k.shift, co[c], co[d + c], co[2 * d + c]};
+    return k;
   }
+  __device__ In load(const Column&, size_t i) const {
+    return {a[i], b ? b[i] : 0.f, keep ? keep[i] != 0 : true};
+  }
+  __device__ void apply(const Column& k, size_t i, const In& in, bool, double& v0,
+                        double& v1) const {
+    float x = in.a;
+    if (b) {
+      x = __fadd_rn(x, keep ? (in.kept ? __fmul_rn(in.b, keep_scale) : 0.f) : in.b);
+      x_out[i] = x;
+    }
+    v0 = double(x) - k.shift;
+    v1 = v0 * v0;
+    if (co) put_out(y, y16, i, __fadd_rn(__fmul_rn(k.A, __fsub_rn(x, k.S)), k.B));
+  }
+};
+
+// column_dot: v0 = a, v1 = a (b - shift_c).
+struct DotPass {
+  const float* a;
+  const float* b;
+  const double* shift;  // null: 0
+  struct Column {
+    double shift;
+  };
+  struct In {
+    float a, b;
+  };
+  __device__ Column column(int c) const { return {shift ? shift[c] : 0.0}; }
+  __device__ In load(const Column&, size_t i) const { return {a[i], b[i]}; }
+  __device__ void apply(const Column& k, size_t, const In& in, bool, double& v0,
+                        double& v1) const {
+    v0 = double(in.a);
+    v1 = v0 * (double(in.b) - k.shift);
+  }
+};
+
+// column_norm_backward's map dx = P dy + Q (x - S) + R on live rows (masked: 0, or dx kept when
+// adding); with dot, also column_dot(dy, x)'s sums (shift 0): v0 = dy, v1 = dy x.
+struct BackwardPass {
+  const float* x;
+  const float* dy;
+  const float* co;  // P, Q, R, S
+  float* dx;
+  bool add, dot;
+  int d;
+  struct Column {
+    float P, Q, R, S;
+  };
+  struct In {
+    float x, dy, dx;
+  };
+  __device__ Column column(int c) const { return {co[c], co[d + c], co[2 * d + c], co[3 * d + c]}; }
+  __device__ In load(const Column&, size_t i) const { return {x[i], dy[i], add ? dx[i] : 0.f}; }
+  __device__ void apply(const Column& k, size_t i, const In& in, bool live, double& v0,
+                        double& v1) const {
+    if (dot) {
+      v0 = double(in.dy);
+      v1 = v0 * double(in.x);
+    }
+    if (!live) {
+      if (!add) dx[i] = 0.f;
+      return;
+    }
+    const float v =
+        __fadd_rn(__fadd_rn(__fmul_rn(k.P, in.dy), __fmul_rn(k.Q, __fsub_rn(in.x, k.S))), k.R);
+    dx[i] = add ? __fadd_rn(in.dx, v) : v;
+  }
+};
+
+// *count = number of live rows (integer sum in one block: exact and deterministic).
+__global__ void count_rows_kernel(const uint8_t* mask, int rows, double* count) {
+  __shared__ double sh[kThreads / 32];
+  double n = 0;
+  for (int r = threadIdx.x; r < rows; r += blockDim.x) n += live(mask, r) ? 1.0 : 0.0;
+  n = block_sum(n, sh);
+  if (threadIdx.x == 0) *count = n;
+}
+unsigned col_blocks(int d) { return unsigned((d + kThreads - 1) / kThreads); }
+void count_rows(const uint8_t* mask, int rows, double* count, cudaStream_t s) {
+  PN_LAUNCH(count_rows_kernel, 1, kThreads, 0, s)(mask, rows, count);
+  PN_LAUNCHED();
+}
+float* affine_coeffs(int d, const double* shift, const double* scale, const float* gamma,
+                     const float* beta, cudaStream_t s) {
+  float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
+  PN_LAUNCH(affine_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, beta, co);
+  PN_LAUNCHED();
+  return co;
+}
+float* backward_coeffs(int d, const double* shift, const double* scale, const float* gamma,
+                       const double* a, const double* b, cudaStream_t s) {
+  float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
+  PN_LAUNCH(backward_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, a, b,
+                                                                  co);
+  PN_LAUNCHED();
+  return co;
 }
 
 // ---- row groups: one warp per (row, group) --------------------------------------------------
@@ -416,32 +544,26 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
   }
 }
 
-unsigned col_blocks(int d) { return unsigned((d + kThreads - 1) / kThreads); }
-
 }  // namespace
 
 void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
                   double* count, double* sum, double* sumsq, cudaStream_t s) {
-  PN_LAUNCH(count_rows_kernel, 1, kThreads, 0, s)(mask, rows, count);
-  PN_LAUNCHED();
-  column_reduce(StatsOp{x, shift, d}, mask, rows, d, sum, sumsq, s);
+  column_stats_affine(x, nullptr, nullptr, 0.f, nullptr, mask, rows, d, shift, count, sum, sumsq,
+                      nullptr, nullptr, nullptr, nullptr, nullptr, s);
 }
 
 void column_dot(const float* a, const float* b, const uint8_t* mask, int rows, int d,
                 const double* shift, double* sum_a, double* sum_ab, cudaStream_t s) {
-  column_reduce(DotOp{a, b, shift, d}, mask, rows, d, sum_a, sum_ab, s);
+  column_pass(DotPass{a, b, shift}, mask, rows, d, nullptr, sum_a, sum_ab, s);
 }
 
 void column_affine(const float* x, int rows, int d, const double* shift, const double* scale,
                    const float* gamma, const float* beta, float* y, uint16_t* y16,
-                   cudaStream_t s) {
+                   const double* when, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
-  PN_LAUNCH(affine_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, beta, co);
-  PN_LAUNCHED();
-  PN_LAUNCH(affine_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
-      x, rows, d, co, y, y16);
-  PN_LAUNCHED();
+  const float* co = affine_coeffs(d, shift, scale, gamma, beta, s);
+  column_pass(StatsAffinePass{x, nullptr, nullptr, 0.f, nullptr, nullptr, co, y, y16, d},
+              nullptr, rows, d, when, (double*)nullptr, (double*)nullptr, s);
 }
 
 void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
@@ -449,13 +571,31 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
                           const double* a, const double* b, float* dx, bool add_to_dx,
                           cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
-  PN_LAUNCH(backward_coeffs_kernel, col_blocks(d), kThreads, 0, s)(
-      d, shift, scale, gamma, a, b, co);
-  PN_LAUNCHED();
-  PN_LAUNCH(backward_apply_kernel, map_grid(rows, d), dim3(kColTile, kMapRows), 0, s)(
-      x, dy, mask, rows, d, co, dx, add_to_dx);
-  PN_LAUNCHED();
+  const float* co = backward_coeffs(d, shift, scale, gamma, a, b, s);
+  column_pass(BackwardPass{x, dy, co, dx, add_to_dx, false, d}, mask, rows, d, nullptr,
+              (double*)nullptr, (double*)nullptr, s);
+}
+
+void column_stats_affine(const float* a, const float* b, const uint8_t* keep, float p, float* x,
+                         const uint8_t* mask, int rows, int d, const double* shift,
+                         double* count, double* sum, double* sumsq, const double* scale,
+                         const float* gamma, const float* beta, float* y, uint16_t* y16,
+                         cudaStream_t s) {
+  count_rows(mask, rows, count, s);
+  const float* co = (y || y16) && rows > 0 && d > 0
+                        ? affine_coeffs(d, shift, scale, gamma, beta, s)
+                        : nullptr;
+  column_pass(StatsAffinePass{a, b, keep, 1.f / (1.f - p), x, shift, co, y, y16, d}, mask, rows,
+              d, nullptr, sum, sumsq, s);
+}
+
+void column_backward_dot(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
+                         const double* scale, const float* gamma, const double* b, float* dx,
+                         bool add_to_dx, double* sum_dy, double* sum_dy_x, cudaStream_t s) {
+  const float* co =
+      rows > 0 && d > 0 ? backward_coeffs(d, nullptr, scale, gamma, nullptr, b, s) : nullptr;
+  column_pass(BackwardPass{x, dy, co, dx, add_to_dx, true, d}, mask, rows, d, nullptr, sum_dy,
+              sum_dy_x, s);
 }
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,

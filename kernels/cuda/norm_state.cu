@@ -75,9 +75,11 @@ __global__ void power_v_absorb_kernel(const double* stats, int d, double eps, do
 // PN forward, before the statistics are in: after warmup (t + 1 > W) s comes from the running
 // psi^2 of before this iteration, so the affine map can run while the all-reduce is in flight.
 __global__ void pn_forward_scale_kernel(const double* t, int64_t warmup, int d, double eps,
-                                        const double* psi2, double* inv_s) {
+                                        const double* psi2, double* inv_s, double* warm) {
+  const bool is_warm = *t + 1 <= double(warmup);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *warm = is_warm ? 1.0 : 0.0;
   PN_COLUMN_INDEX(c, d);
-  if (!(*t + 1 <= double(warmup))) inv_s[c] = 1.0 / sqrt(psi2[c] + eps);
+  if (!is_warm) inv_s[c] = 1.0 / sqrt(psi2[c] + eps);
 }
 
 // PN absorb (t not yet incremented; pn_step_kernel does it after): warm iterations take s from
@@ -181,8 +183,8 @@ void power_v_absorb(const double* stats, int d, double eps, double alpha, double
   PN_COLUMN_LAUNCH(power_v_absorb_kernel, d, s, stats, d, eps, alpha, running_psi2, inv_s);
 }
 void pn_forward_scale(const double* t, int64_t warmup, int d, double eps,
-                      const double* running_psi2, double* inv_s, cudaStream_t s) {
-  PN_COLUMN_LAUNCH(pn_forward_scale_kernel, d, s, t, warmup, d, eps, running_psi2, inv_s);
+                      const double* running_psi2, double* inv_s, double* warm, cudaStream_t s) {
+  PN_COLUMN_LAUNCH(pn_forward_scale_kernel, d, s, t, warmup, d, eps, running_psi2, inv_s, warm);
 }
 void pn_absorb(const double* stats, double* t, int64_t warmup, int d, double eps, double alpha_fwd,
                bool authors_rule, double* running_psi2, double* inv_s, double* sum_x2,

@@ -27,8 +27,9 @@
 #                   (BN and PN LMs, translation with beam search): every kernel of a whole run
 #   nccl_2ranks     [30] 2 ranks on the one GPU through the staged fallback (and training in
 #                   sync groups there against the CPU), when MPI came along
-#   norm_bench      [40] every norm's forward + backward beside a device copy of the same bytes,
-#                   at d 512 and 1024, 16K and 64K tokens (pnbench_cuda_norms)
+#   norm_bench      [40] every norm layer's forward + backward beside a device copy, plain and
+#                   as the residual add before a pre-norm, at d 512, 768 and 1024, 16K and 64K
+#                   tokens (pnbench_cuda_norms)
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first)
@@ -222,7 +223,7 @@ if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
   python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/profile_ncu.csv" > "$OUT/profile_kernels.txt" &&
     head -n 12 "$OUT/profile_kernels.txt" >> "$OUT/report.txt"
 fi
-step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 1024' '65536 512' '65536 1024'; do
+step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768' '16384 1024' '65536 512' '65536 768' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit

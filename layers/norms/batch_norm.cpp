@@ -18,18 +18,21 @@ BatchNorm<T>::BatchNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
-                           uint16_t* y16) {
+void BatchNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y,
+                              bool training, uint16_t* y16) {
   if (!training) {
+    const T* x = in.made(size_t(rows) * size_t(d));
     scratch.resize(d);
     k::inverse_sqrt_eps(running_var.data(), d, eps, scratch.data());
     k::column_affine<T>(x, rows, d, running_mean.data(), scratch.data(), store->p(gamma),
-                        store->p(beta), y, y16);
+                        store->p(beta), y, y16, nullptr);
     return;
   }
-  // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean.
-  k::column_stats<T>(x, mask, rows, d, running_mean.data(), stats.data(), stats.data() + 1,
-                     stats.data() + 1 + d);
+  // [count | sum (x - shift) | sum (x - shift)^2], shift = running mean (x made in that pass).
+  k::column_stats_affine<T>(in.a, in.b, in.keep, in.p, in.sum, mask, rows, d, running_mean.data(),
+                            stats.data(), stats.data() + 1, stats.data() + 1 + d, nullptr,
+                            nullptr, nullptr, nullptr, nullptr);
+  const T* x = in.x();
   if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   // The probe compares the batch statistics with the running ones of before this update.
   std::vector<double> rm0, rv0;
@@ -44,7 +47,7 @@ void BatchNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
                           {"dist_var", probe_distance(v.data(), rv0.data(), d)}};
   }
   k::column_affine<T>(x, rows, d, mean.data(), rstd.data(), store->p(gamma), store->p(beta), y,
-                      y16);
+                      y16, nullptr);
 }
 
 template <class T>

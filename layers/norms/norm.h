@@ -91,6 +91,24 @@ inline void write_state(const StateTensor& t, const double* values) {
   copy_to_device(t.data, values, t.n * sizeof(double));
 }
 
+// A norm's input as the residual add before a pre-norm makes it: x = a + dropout(b) (keep null:
+// a + b), written to sum; with b null, x = a and nothing is written. The batch-type norms make
+// the add in their statistics pass (column_stats_affine).
+template <class T>
+struct NormInput {
+  const T* a;
+  const T* b = nullptr;
+  const uint8_t* keep = nullptr;
+  float p = 0.f;
+  T* sum = nullptr;
+  const T* x() const { return b ? sum : a; }
+  // x made by itself (the add of a pass that sums nothing: inference).
+  const T* made(size_t n) const {
+    if (b) k::dropout_add<T>(a, b, keep, p, n, sum);
+    return x();
+  }
+};
+
 template <class T>
 struct Norm {
   virtual ~Norm() = default;
@@ -130,6 +148,23 @@ struct Norm {
   std::vector<std::pair<std::string, double>> probe_values;
   // The layer whose statistics are probed (a wrapper such as pre-scaling returns its inner).
   virtual Norm<T>* probed() { return this; }
+};
+
+// The batch-type norms (batch, power_v, power): forward and forward_residual are one
+// forward_in, whose statistics pass makes the residual sum (column_stats_affine).
+template <class T>
+struct ColumnNorm : Norm<T> {
+  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
+               uint16_t* y16 = nullptr) override {
+    forward_in({x}, mask, rows, y, training, y16);
+  }
+  void forward_residual(const T* a, const T* b, const uint8_t* keep, float p, T* sum,
+                        const uint8_t* mask, int rows, T* y, bool training,
+                        uint16_t* y16 = nullptr) override {
+    forward_in({a, b, keep, p, sum}, mask, rows, y, training, y16);
+  }
+  virtual void forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y,
+                          bool training, uint16_t* y16) = 0;
 };
 
 // save_forward/load_forward of the batch-type norms: their buffers, concatenated in order.

@@ -15,7 +15,7 @@ PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
       warmup(o.warmup), authors(o.pn_variant == PnVariant::authors),
       ema_state(authors || o.pn_warmup_psi == PnWarmupPsi::ema), comm(c), running_psi2(dim, 1.0),
       nu(dim, 0.0),
-      t(1, 0.0), stats(1 + size_t(dim), 0.0), inv_s(dim, 1.0), sum_x2(dim, 0.0),
+      t(1, 0.0), warm(1, 0.0), stats(1 + size_t(dim), 0.0), inv_s(dim, 1.0), sum_x2(dim, 0.0),
       sums(2 * size_t(dim), 0.0),
       g_xh(dim, 0.0), inv_s_b(dim, 1.0), nu_coef(dim, 0.0) {
   gamma = s.add(name + ".weight", {d}, Init::Ones);
@@ -23,13 +23,18 @@ PowerNorm<T>::PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const s
 }
 
 template <class T>
-void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
-                           uint16_t* y16) {
+void PowerNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y,
+                              bool training, uint16_t* y16) {
   if (!training)
-    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y, y16,
-                                    &inv_s_b);
-  // [count | sum x^2] of this rank, then of every rank.
-  k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
+    return psi_inference_forward<T>(in.made(size_t(rows) * size_t(d)), rows, d, running_psi2, eps,
+                                    *store, gamma, beta, y, y16, &inv_s_b);
+  // Past warmup s comes from the psi^2 of before this iteration, known before the statistics:
+  // y is written in the pass that sums [count | sum x^2] of this rank (and makes x). During
+  // warmup (warm = 1) s comes from the statistics, and y is written again once they are in.
+  k::pn_forward_scale(t.data(), warmup, d, eps, running_psi2.data(), inv_s.data(), warm.data());
+  k::column_stats_affine<T>(in.a, in.b, in.keep, in.p, in.sum, mask, rows, d, nullptr,
+                            stats.data(), nullptr, stats.data() + 1, inv_s.data(),
+                            store->p(gamma), store->p(beta), y, y16);
   if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   if (this->probe) {
     // psi2_ratio: mean over features of psi^2 / psi_B^2 (the running value before this update,
@@ -37,28 +42,30 @@ void PowerNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
     const Psi2Probe pr = probe_psi2(stats.data(), running_psi2.data(), d);
     if (pr.valid) this->probe_values = {{"dist_psi2", pr.distance}, {"psi2_ratio", pr.ratio}};
   }
-  // Past warmup s comes from the psi^2 of before this iteration; during warmup (and for an
-  // empty statistics set, the inference scale) pn_absorb sets it.
-  k::pn_forward_scale(t.data(), warmup, d, eps, running_psi2.data(), inv_s.data());
+  // During warmup (and for an empty statistics set, the inference scale: past warmup the same s)
+  // pn_absorb sets s.
   k::pn_absorb(stats.data(), t.data(), warmup, d, eps, alpha_fwd, ema_state, running_psi2.data(),
                inv_s.data(), sum_x2.data());
-  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y, y16);
+  k::column_affine<T>(in.x(), rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y,
+                      y16, warm.data());
 }
 
 template <class T>
 void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                             bool add_to_dx) {
   const double* count = stats.data();
-  psi_backward_sums<T>(x, dy, mask, rows, d, count, inv_s.data(), *store, gamma, beta, comm,
-                       &sums, &g_xh);
   const T* gm = store->p(gamma);
+  sums.resize(2 * size_t(d));
+  // dx with the nu of before this iteration (all rows masked when the count is 0: dx = 0), in the
+  // pass that sums [sum dy | sum dy x]; then the parameter gradients and the nu update.
   if (authors) {
     // dx = inv_s_B (g - (1 - alpha_bkw) nu xh), then nu <- nu + mean_S xh' xh
     // = nu (1 - (1 - alpha_bkw) Gamma) + Lambda.
     k::pn_authors_coeffs(count, sum_x2.data(), nu.data(), inv_s.data(), d, eps, alpha_bkw,
                          inv_s_b.data(), nu_coef.data());
-    k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s_b.data(), gm, nullptr,
-                               nu_coef.data(), dx, add_to_dx);
+    k::column_backward_dot<T>(x, dy, mask, rows, d, inv_s_b.data(), gm, nu_coef.data(), dx,
+                              add_to_dx, sums.data(), sums.data() + d);
+    psi_grads_from_sums<T>(count, d, inv_s.data(), *store, gamma, beta, comm, sums, &g_xh);
     if (this->probe)  // the nu term of dx: inv_s_B (1 - alpha_bkw) nu xh
       this->probe_values.emplace_back(
           "g_psi2",
@@ -66,10 +73,9 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     k::pn_nu_update(count, sum_x2.data(), g_xh.data(), inv_s.data(), d, alpha_bkw, 1.0, nu.data());
     return;
   }
-  // dx with the nu of before this iteration (all rows masked when the count is 0: dx = 0),
-  // then the nu update.
-  k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), gm, nullptr,
-                             nu.data(), dx, add_to_dx);
+  k::column_backward_dot<T>(x, dy, mask, rows, d, inv_s.data(), gm, nu.data(), dx, add_to_dx,
+                            sums.data(), sums.data() + d);
+  psi_grads_from_sums<T>(count, d, inv_s.data(), *store, gamma, beta, comm, sums, &g_xh);
   if (this->probe)  // PN's counterpart of g_psi2: inv_s * nu * xh
     this->probe_values.emplace_back(
         "g_psi2", probe_xh_part(x, mask, rows, d, nullptr, inv_s.data(), nu.data(), count));

@@ -39,7 +39,7 @@
 namespace pn {
 
 template <class T>
-struct PowerNorm : Norm<T> {
+struct PowerNorm : ColumnNorm<T> {
   ParamStore<T>* store;
   int d, gamma, beta;
   double eps, alpha_fwd, alpha_bkw;
@@ -49,6 +49,7 @@ struct PowerNorm : Norm<T> {
   Communicator* comm = nullptr;  // non-null: statistics summed over every rank
   Buf<double> running_psi2, nu;
   Buf<double> t;  // [1]: training forward count, a double so that state() can expose it
+  Buf<double> warm;  // [1]: 1 while this forward is in warmup (its s from its statistics)
   // Saved by the training forward for backward: [count | sum x^2] (all ranks), the forward's
   // 1/s and this iteration's sum x^2 as pn_absorb keeps it.
   Buf<double> stats, inv_s, sum_x2;
@@ -59,8 +60,8 @@ struct PowerNorm : Norm<T> {
   PowerNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
             Communicator* comm = nullptr);
   bool synchronized() const override { return comm != nullptr; }
-  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
-               uint16_t* y16 = nullptr) override;
+  void forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y, bool training,
+                  uint16_t* y16) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
   int width() const override { return d; }

@@ -16,20 +16,25 @@ PowerVNorm<T>::PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s,
 }
 
 template <class T>
-void PowerVNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
-                            uint16_t* y16) {
+void PowerVNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y,
+                               bool training, uint16_t* y16) {
   if (!training)
-    return psi_inference_forward<T>(x, rows, d, running_psi2, eps, *store, gamma, beta, y, y16,
-                                    &scratch);
-  // [count | sum x^2]; an empty set takes the inference scale and leaves psi^2 alone.
-  k::column_stats<T>(x, mask, rows, d, nullptr, stats.data(), nullptr, stats.data() + 1);
+    return psi_inference_forward<T>(in.made(size_t(rows) * size_t(d)), rows, d, running_psi2, eps,
+                                    *store, gamma, beta, y, y16, &scratch);
+  // [count | sum x^2] (x made in that pass); an empty set takes the inference scale and leaves
+  // psi^2 alone.
+  k::column_stats_affine<T>(in.a, in.b, in.keep, in.p, in.sum, mask, rows, d, nullptr,
+                            stats.data(), nullptr, stats.data() + 1, nullptr, nullptr, nullptr,
+                            nullptr, nullptr);
+  const T* x = in.x();
   if (comm) allreduce_sum_here(*comm, stats.data(), stats.size());
   if (this->probe) {
     const Psi2Probe pr = probe_psi2(stats.data(), running_psi2.data(), d);
     if (pr.valid) this->probe_values = {{"dist_psi2", pr.distance}};
   }
   k::power_v_absorb(stats.data(), d, eps, alpha, running_psi2.data(), inv_s.data());
-  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y, y16);
+  k::column_affine<T>(x, rows, d, nullptr, inv_s.data(), store->p(gamma), store->p(beta), y, y16,
+                      nullptr);
 }
 
 template <class T>

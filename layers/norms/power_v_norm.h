@@ -17,7 +17,7 @@
 namespace pn {
 
 template <class T>
-struct PowerVNorm : Norm<T> {
+struct PowerVNorm : ColumnNorm<T> {
   ParamStore<T>* store;
   int d, gamma, beta;
   double eps, alpha;
@@ -30,8 +30,8 @@ struct PowerVNorm : Norm<T> {
   PowerVNorm(const NormOptions& o, int dim, ParamStore<T>& s, const std::string& name,
              Communicator* comm = nullptr);
   bool synchronized() const override { return comm != nullptr; }
-  void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
-               uint16_t* y16 = nullptr) override;
+  void forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y, bool training,
+                  uint16_t* y16) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
                 bool add_to_dx = false) override;
   int width() const override { return d; }

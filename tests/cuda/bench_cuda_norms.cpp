@@ -1,24 +1,32 @@
-// pnbench_cuda_norms: forward + backward time of every norm's CUDA kernels beside a device copy
-// of the same bytes (the target: at least 80% of the copy's bandwidth). Not a test: it
-// prints a table and exits 0, or says that no GPU is visible (exit 1 under PN_CUDA_REQUIRED=1).
+// pnbench_cuda_norms: forward + backward time of every norm layer on the GPU (make_norm's
+// layers in a CUDA context: the kernels training runs) beside a device copy (the target: at
+// least 80% of the copy's bandwidth). Not a test: it prints a table and exits 0, or says that no
+// GPU is visible (exit 1 under PN_CUDA_REQUIRED=1).
 //
 //   pnbench_cuda_norms [rows d]      (default 16384 1024)
 //
-// Bytes counted per element: forward reads x and writes y, backward reads x and dy and writes
-// dx (5 floats); statistics passes that read x again are the kernels' own cost. The copy
-// reference moves the same number of bytes with cudaMemcpyAsync (read + write).
+// Two forms per norm, fp32, training, every row a token:
+//   plain     forward(x) -> y, backward(x, dy) -> dx. Bytes counted per element: x read and y
+//             written, then x, dy read and dx written (5 floats).
+//   residual  forward_residual(a, b) -> sum = a + b and y, backward(sum, dy) added into the
+//             residual stream's gradient dx, as a pre-norm Transformer runs every norm: a, b read,
+//             sum, y written; sum, dy, dx read and dx written (8 floats).
+// Whatever else a norm reads (a statistics pass that reads its input again: batch and power_v
+// need their statistics before their first output) is its own cost. The copy reference moves
+// 5 floats per element with cudaMemcpyAsync (read + write); "of copy" = GB/s / the copy's GB/s.
+// PN runs past its warmup (warmup 0), as it trains almost all of the time.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/buffer.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_kernels.h"
-#include "tests/cuda/gpu_norm_pipeline.h"
+#include "kernels/device.h"
+#include "layers/norms/norm.h"
 
 namespace {
-
-using pn::cuda::DeviceBuffer;
 
 template <class F>
 double time_ms(F f, int iters, cudaStream_t s) {
@@ -54,75 +62,64 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreate(&s));
+  DeviceScope scope(Device::CUDA);
+  const cudaStream_t s = static_cast<cudaStream_t>(scope.context().stream);
 
   const size_t n = size_t(rows) * d;
   std::vector<float> h(n);
   for (size_t i = 0; i < n; ++i) h[i] = float((i * 2654435761u) % 1000) / 500.f - 1.f;
-  DeviceBuffer<float> x(h), dy(h), y(n), dx(n), copy_dst(5 * n);
-  DeviceBuffer<float> gamma(std::vector<float>(d, 1.f)), beta(std::vector<float>(d, 0.f));
-  DeviceBuffer<float> dgamma(std::vector<float>(d, 0.f)), dbeta(std::vector<float>(d, 0.f));
-  DeviceBuffer<float> mean(size_t(rows) * 16), rstd(size_t(rows) * 16);
-  DeviceBuffer<uint8_t> mask(std::vector<uint8_t>(rows, 1));
-  DeviceBuffer<float> copy_src(5 * n);
+  Buf<float> a(n), b(n), sum(n), y(n), dy(n), dx(n), copy_src(5 * n / 2 + 1), copy_dst(5 * n / 2 + 1);
+  a.from_host(h);
+  b.from_host(h);
+  dy.from_host(h);
+  Buf<uint8_t> mask(rows);
+  mask.from_host(std::vector<uint8_t>(rows, 1));
 
   const int iters = 20;
-  const double bytes = 5.0 * n * sizeof(float);
+  const double bytes = 5.0 * n * sizeof(float), bytes_residual = 8.0 * n * sizeof(float);
   const double copy_ms = time_ms(
       [&] {
         CUDA_CHECK(cudaMemcpyAsync(copy_dst.data(), copy_src.data(), 5 * n * sizeof(float) / 2,
                                    cudaMemcpyDeviceToDevice, s));
       },
       iters, s);  // reads half and writes half: 5 floats per element moved in all
-  std::printf("%s, %d x %d floats; device copy of the same bytes: %.3f ms (%.0f GB/s)\n", prop.name,
-              rows, d, copy_ms, bytes / copy_ms / 1e6);
-  std::printf("%-10s %10s %10s %10s\n", "norm", "fwd+bwd ms", "GB/s", "of copy");
+  const double copy_gbs = bytes / copy_ms / 1e6;
+  std::printf("%s, %d x %d floats; device copy of 5 floats an element: %.3f ms (%.0f GB/s)\n",
+              prop.name, rows, d, copy_ms, copy_gbs);
+  std::printf("%-10s %10s %8s %8s   %12s %8s %8s\n", "norm", "fwd+bwd ms", "GB/s", "of copy",
+              "residual ms", "GB/s", "of copy");
 
-  auto report = [&](const char* name, double ms) {
-    std::printf("%-10s %10.3f %10.0f %9.0f%%\n", name, ms, bytes / ms / 1e6, 100 * copy_ms / ms);
+  struct Kind {
+    const char* name;
+    const char* kind;
+    int groups;
   };
-  report("layer", time_ms(
-                      [&] {
-                        cuda::layernorm_forward(x.data(), rows, d, gamma.data(), beta.data(), 1e-5f,
-                                                y.data(), nullptr, mean.data(), rstd.data(), s);
-                        cuda::layernorm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
-                                                 gamma.data(), mask.data(), rows, d, dx.data(),
-                                                 dgamma.data(), dbeta.data(), false, s);
-                      },
-                      iters, s));
-  report("rms", time_ms(
-                    [&] {
-                      cuda::rowgroup_rms_forward(x.data(), rows, d, 1, 1e-5f, gamma.data(),
-                                                 y.data(), nullptr, rstd.data(), s);
-                      cuda::rowgroup_rms_backward(x.data(), dy.data(), rstd.data(), gamma.data(),
-                                                  mask.data(), rows, d, 1, dx.data(), dgamma.data(),
-                                                  false, s);
-                    },
-                    iters, s));
-  report("group8", time_ms(
-                       [&] {
-                         cuda::rowgroup_norm_forward(x.data(), rows, d, 8, 1e-5f, gamma.data(),
-                                                     beta.data(), y.data(), nullptr, mean.data(),
-                                                     rstd.data(), s);
-                         cuda::rowgroup_norm_backward(x.data(), dy.data(), mean.data(), rstd.data(),
-                                                      gamma.data(), mask.data(), rows, d, 8,
-                                                      dx.data(), dgamma.data(), dbeta.data(), false,
-                                                      s);
-                       },
-                       iters, s));
-  for (const char* kind : {"batch", "power_v", "power"}) {
+  for (const Kind& k : {Kind{"layer", "layer", 1}, Kind{"rms", "rms", 1},
+                        Kind{"group8", "group", 8}, Kind{"batch", "batch", 1},
+                        Kind{"power_v", "power_v", 1}, Kind{"power", "power", 1}}) {
     NormOptions o;
-    o.kind = kind;
-    test::GpuNormState st(d);
-    report(kind, time_ms(
-                     [&] {
-                       test::gpu_step(kind, o, st, x.data(), dy.data(), mask.data(), rows,
-                                      gamma.data(), beta.data(), y.data(), dx.data(), dgamma.data(),
-                                      dbeta.data(), s);
-                     },
-                     iters, s));
+    o.kind = k.kind;
+    o.groups = k.groups;
+    ParamStore<float> store;
+    std::unique_ptr<Norm<float>> norm = make_norm<float>(o, d, store, "n", nullptr);
+    store.allocate(1);
+    const double plain_ms = time_ms(
+        [&] {
+          norm->forward(a.data(), mask.data(), rows, y.data(), true);
+          norm->backward(a.data(), dy.data(), mask.data(), rows, dx.data());
+        },
+        iters, s);
+    const double residual_ms = time_ms(
+        [&] {
+          norm->forward_residual(a.data(), b.data(), nullptr, 0.f, sum.data(), mask.data(), rows,
+                                 y.data(), true);
+          norm->backward(sum.data(), dy.data(), mask.data(), rows, dx.data(), true);
+        },
+        iters, s);
+    const double gbs = bytes / plain_ms / 1e6, gbs_r = bytes_residual / residual_ms / 1e6;
+    std::printf("%-10s %10.3f %8.0f %7.0f%%   %12.3f %8.0f %7.0f%%\n", k.name, plain_ms, gbs,
+                100 * gbs / copy_gbs, residual_ms, gbs_r, 100 * gbs_r / copy_gbs);
   }
-  CUDA_CHECK(cudaStreamDestroy(s));
+  synchronize();
   return 0;
 }

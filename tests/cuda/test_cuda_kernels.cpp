@@ -872,9 +872,9 @@ TEST(CudaKernels, NormOutputInBf16IsItsFp32Rounded) {
           break;
         default:
           cuda::column_affine(dx.data(), rows, d, dshift.data(), dscale.data(), dgamma.data(),
-                              dbeta.data(), yo, yo16, kStream);
+                              dbeta.data(), yo, yo16, nullptr, kStream);
           k::cpu::column_affine<float>(x.data(), rows, d, shift.data(), scale.data(),
-                                       gamma.data(), beta.data(), co, co16);
+                                       gamma.data(), beta.data(), co, co16, nullptr);
       }
       stats[in_bf16] = stat_a.download();
       if (!in_bf16) {
@@ -1006,10 +1006,11 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
       const bool full = variant == 0;
       std::vector<float> y(n);
       k::column_affine<float>(x.data(), c.rows, c.d, full ? shift.data() : nullptr, scale.data(),
-                              gamma.data(), full ? beta.data() : nullptr, y.data(), nullptr);
+                              gamma.data(), full ? beta.data() : nullptr, y.data(), nullptr,
+                              nullptr);
       cuda::column_affine(dx.data(), c.rows, c.d, full ? dshift.data() : nullptr, dscale.data(),
                           dgamma.data(), full ? dbeta.data() : nullptr, dout.data(), nullptr,
-                          kStream);
+                          nullptr, kStream);
       expect_close("column_affine", dout.download(), y, 1e-6, 1e-6);
 
       std::vector<float> gx(n);
@@ -1181,6 +1182,82 @@ TEST(CudaNormKernels, ResidualLayerNormIsTheAddThenTheNorm) {
   }
 }
 
+// The fused passes of the batch-type norms are their parts to the bit: column_stats_affine is
+// dropout_add, column_stats and column_affine (with and without the residual add, with dropout,
+// in fp32 and bf16 outputs); column_backward_dot is column_dot and column_norm_backward (dx set
+// and added); column_affine under a device `when` of 0 writes nothing.
+TEST(CudaNormKernels, FusedPassesAreTheirParts) {
+  PN_REQUIRE_GPU();
+  const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
+  const size_t n = size_t(rows) * d;
+  const auto a = randf(n, 130, 1.2f, 0.4f), b = randf(n, 131), dy = randf(n, 132);
+  const auto gamma = randf(d, 133, 0.2f, 1.f), beta = randf(d, 134, 0.3f);
+  const auto mask = random_mask(rows, 135);
+  std::vector<uint8_t> keep(n);
+  for (size_t i = 0; i < n; ++i) keep[i] = i % 5 != 0;
+  std::vector<double> shift(d), scale(d), nu(d);
+  for (int c = 0; c < d; ++c) shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
+  DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
+  DBuf<uint8_t> dmask(mask), dkeep(keep);
+  DBuf<double> dshift(shift), dscale(scale), dnu(nu);
+  const float p = 0.2f;
+  for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
+    SCOPED_TRACE("form " + std::to_string(form));
+    const float* rb = form ? db.data() : nullptr;
+    const uint8_t* rk = form == 2 ? dkeep.data() : nullptr;
+    DBuf<float> x1(n), x2(n), y1(n), y2(n);
+    DBuf<uint16_t> h1(n), h2(n);
+    DBuf<double> st1(1 + 2 * size_t(d)), st2(1 + 2 * size_t(d));
+    // The fused pass.
+    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                              dscale.data(), dgm.data(), dbt.data(), y1.data(), nullptr, kStream);
+    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                              dscale.data(), dgm.data(), dbt.data(), nullptr, h1.data(), kStream);
+    // Its parts.
+    const float* x = da.data();
+    if (form) {
+      cuda::dropout_add(da.data(), db.data(), rk, p, n, x2.data(), kStream);
+      x = x2.data();
+    }
+    cuda::column_stats(x, dmask.data(), rows, d, dshift.data(), st2.data(), st2.data() + 1,
+                       st2.data() + 1 + d, kStream);
+    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
+                        y2.data(), nullptr, nullptr, kStream);
+    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(), nullptr,
+                        h2.data(), nullptr, kStream);
+    if (form) expect_equal("x", x1.download(), x2.download());
+    expect_equal("statistics", st1.download(), st2.download());
+    expect_equal("y", y1.download(), y2.download());
+    expect_equal("y in bf16", h1.download(), h2.download());
+  }
+  // column_affine under when = 0 leaves y, under when = 1 writes it.
+  DBuf<double> off(std::vector<double>{0.0}), on(std::vector<double>{1.0});
+  DBuf<float> y(std::vector<float>(n, 7.f));
+  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                      y.data(), nullptr, off.data(), kStream);
+  expect_equal("y under when = 0", y.download(), std::vector<float>(n, 7.f));
+  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                      y.data(), nullptr, on.data(), kStream);
+  EXPECT_NE(y.download()[0], 7.f) << "column_affine under when = 1 wrote nothing";
+  for (int add = 0; add < 2; ++add) {
+    SCOPED_TRACE(add ? "dx added" : "dx set");
+    DBuf<float> dx1(b), dx2(b);
+    DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
+    cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
+                              dgm.data(), dnu.data(), dx1.data(), add, s1.data(), s1.data() + d,
+                              kStream);
+    cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
+                     s2.data() + d, kStream);
+    cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
+                               dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
+                               kStream);
+    expect_equal("sums", s1.download(), s2.download());
+    expect_equal("dx", dx1.download(), dx2.download());
+  }
+}
+
 // One PN training iteration and the next one's running state, composed from the kernels as
 // layers/norms/power_norm.cpp composes the CPU ones (statistics -> state on the host -> affine
 // map -> backward with nu): the GPU kernels give the same psi^2, nu, y and dx.
@@ -1221,7 +1298,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         dinv.upload(inv);
         dnu.upload(st.nu);
         cuda::column_affine(dx.data(), rows, d, nullptr, dinv.data(), dgm.data(), dbt.data(),
-                            dy_out.data(), nullptr, kStream);
+                            dy_out.data(), nullptr, nullptr, kStream);
         cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), rows, d, nullptr,
                                    dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(), false,
                                    kStream);
@@ -1232,7 +1309,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
         gx = ddx.download();
       } else {
         k::column_affine<float>(x.data(), rows, d, nullptr, inv.data(), gamma.data(), beta.data(),
-                                y.data(), nullptr);
+                                y.data(), nullptr, nullptr);
         k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), rows, d, nullptr,
                                        inv.data(), gamma.data(), nullptr, st.nu.data(), gx.data(),
                                        false);

@@ -1,69 +1,121 @@
-// The batch-type norms run on the GPU as a CUDA layer would run them (gpu_norm_pipeline.h)
-// against the CPU layers themselves (make_norm): y, dx, dgamma, dbeta and the running state
-// after every iteration, over masked, fully masked and PN warmup iterations. Skipped without a
-// GPU.
+// The batch-type norm layers on the GPU against the same layers on the CPU (make_norm, the one
+// code path, its device in the buffers): y, the residual sum, dx, dgamma, dbeta and the running
+// state after every iteration, over plain and residual inputs (with dropout), masked and fully
+// masked iterations, gradients added into a residual stream, PN's warmup and both PN forms, then
+// an inference forward. Skipped without a GPU.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/buffer.h"
+#include "kernels/device.h"
 #include "layers/norms/norm.h"
 #include "tests/cuda/cuda_test_util.h"
-#include "tests/cuda/gpu_norm_pipeline.h"
 
 namespace pn::test {
 namespace {
 
-std::vector<double> gpu_state(GpuNormState& st, const std::string& name) {
-  if (name == "running_mean") return st.running_mean.download();
-  if (name == "running_var") return st.running_var.download();
-  if (name == "running_psi2") return st.psi2.download();
-  if (name == "nu") return st.nu.download();
-  if (name == "t") return st.t.download();
-  ADD_FAILURE() << "unknown state " << name;
-  return {};
+struct DeviceNorm {  // a layer and its parameters on one device
+  ParamStore<float> store;
+  std::unique_ptr<Norm<float>> norm;
+};
+
+void make_on(DeviceNorm* n, const NormOptions& o, int d, const std::vector<float>& params) {
+  n->norm = make_norm<float>(o, d, n->store, "n", nullptr);
+  n->store.allocate(1);
+  n->store.data.from_host(params);
 }
 
-void compare_layer(const std::string& kind) {
+Buf<float> up(const std::vector<float>& v) {
+  Buf<float> b(v.size());
+  b.from_host(v);
+  return b;
+}
+Buf<uint8_t> up(const std::vector<uint8_t>& v) {
+  Buf<uint8_t> b(v.size());
+  b.from_host(v);
+  return b;
+}
+
+// The CPU layer runs in a CPU context inside the test's GPU one.
+template <class F>
+void on_cpu(F&& f) {
+  DeviceScope cpu(Device::CPU);
+  f();
+}
+
+void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper) {
   const int rows = 333, d = 40;
+  const size_t n = size_t(rows) * d;
   NormOptions o;
   o.kind = kind;
+  o.pn_variant = variant;
   o.warmup = kind == "power" ? 2 : 0;  // iterations 1-2 warm (batch s), then running s
-  ParamStore<float> store;
-  auto norm = make_norm<float>(o, d, store, "n", nullptr);
-  store.allocate(1);
-  const auto gb = randf(2 * size_t(d), 2, 0.3f);
-  for (size_t i = 0; i < gb.size(); ++i) store.data[i] += gb[i];  // gamma != 1, beta != 0
-  ASSERT_EQ(store.size(), 2 * size_t(d));
-  const std::vector<float> gamma(store.data.begin(), store.data.begin() + d);
-  const std::vector<float> beta(store.data.begin() + d, store.data.end());
-
-  GpuNormState st(d);
-  DBuf<float> dgamma(gamma), dbeta(beta), dgg(std::vector<float>(d, 0.f)),
-      dgb(std::vector<float>(d, 0.f)), dy_out(size_t(rows) * d), ddx(size_t(rows) * d);
-  for (int it = 0; it < 5; ++it) {
-    SCOPED_TRACE(kind + " iteration " + std::to_string(it));
-    const auto x = randf(size_t(rows) * d, 10 + it, 1.5f, 0.5f);
-    const auto dy = randf(size_t(rows) * d, 20 + it);
+  const auto params = randf(2 * size_t(d), 2, 0.3f, 0.5f);  // gamma != 1, beta != 0
+  DeviceNorm cpu;
+  make_on(&cpu, o, d, params);
+  DeviceScope scope(Device::CUDA);
+  DeviceNorm gpu;
+  make_on(&gpu, o, d, params);
+  const float p = 0.25f;
+  for (int it = 0; it < 6; ++it) {
+    // Odd iterations take the residual add before a pre-norm (with dropout in 1 and 5) and add
+    // their input gradient into the stream's.
+    const bool residual = it % 2 == 1, drop = it == 1 || it == 5;
+    SCOPED_TRACE(kind + " iteration " + std::to_string(it) + (residual ? " (residual)" : ""));
+    const auto a = randf(n, 10 + it, 1.5f, 0.5f), b = randf(n, 40 + it, 0.7f);
+    const auto dy = randf(n, 20 + it), stream_grad = randf(n, 50 + it);
     const auto mask = it == 2 ? std::vector<uint8_t>(rows, 0) : random_mask(rows, 30 + it);
-    std::vector<float> y(x.size()), dx(x.size());
-    norm->forward(x.data(), mask.data(), rows, y.data(), true);
-    norm->backward(x.data(), dy.data(), mask.data(), rows, dx.data());
+    std::vector<uint8_t> keep(n);
+    for (size_t i = 0; i < n; ++i) keep[i] = (i * 2654435761u >> 7) % 4 != 0;
+    const uint8_t* ck = drop ? keep.data() : nullptr;
 
-    DBuf<float> dxin(x), ddy(dy);
-    DBuf<uint8_t> dmask(mask);
-    gpu_step(kind, o, st, dxin.data(), ddy.data(), dmask.data(), rows, dgamma.data(), dbeta.data(),
-             dy_out.data(), ddx.data(), dgg.data(), dgb.data());
-    expect_close("y", dy_out.download(), y, 1e-5, 1e-6);
-    expect_close("dx", ddx.download(), dx, 1e-5, 1e-6);
-    const std::vector<float> cg(store.grad.begin(), store.grad.begin() + d);
-    const std::vector<float> cb(store.grad.begin() + d, store.grad.end());
-    expect_close("dgamma", dgg.download(), cg, 1e-5, 1e-5);
-    expect_close("dbeta", dgb.download(), cb, 1e-5, 1e-5);
-    for (const StateTensor& s : norm->state())
-      expect_close(s.name.c_str(), gpu_state(st, s.name), std::vector<double>(s.data, s.data + s.n),
-                   1e-9, 1e-12);
+    std::vector<float> y(n), sum(n), dx = residual ? stream_grad : std::vector<float>(n);
+    on_cpu([&] {
+      if (residual)
+        cpu.norm->forward_residual(a.data(), b.data(), ck, p, sum.data(), mask.data(), rows,
+                                   y.data(), true);
+      else
+        cpu.norm->forward(a.data(), mask.data(), rows, y.data(), true);
+      cpu.norm->backward(residual ? sum.data() : a.data(), dy.data(), mask.data(), rows,
+                         dx.data(), residual);
+    });
+
+    Buf<float> ga = up(a), gb = up(b), gdy = up(dy), gy(n), gsum(n), gdx = up(stream_grad);
+    Buf<uint8_t> gmask = up(mask), gkeep = up(keep);
+    const uint8_t* gk = drop ? gkeep.data() : nullptr;
+    if (residual)
+      gpu.norm->forward_residual(ga.data(), gb.data(), gk, p, gsum.data(), gmask.data(), rows,
+                                 gy.data(), true);
+    else
+      gpu.norm->forward(ga.data(), gmask.data(), rows, gy.data(), true);
+    gpu.norm->backward(residual ? gsum.data() : ga.data(), gdy.data(), gmask.data(), rows,
+                       gdx.data(), residual);
+
+    expect_close("y", gy.to_host(), y, 1e-5, 1e-6);
+    if (residual) expect_equal("the residual sum", gsum.to_host(), sum);
+    expect_close("dx", gdx.to_host(), dx, 1e-5, 1e-6);
+    const std::vector<float> cpu_grad(cpu.store.grad.begin(), cpu.store.grad.end());
+    expect_close("dgamma, dbeta", gpu.store.grad.to_host(), cpu_grad, 1e-5, 1e-5);
+    const auto cs = cpu.norm->state(), gs = gpu.norm->state();
+    ASSERT_EQ(cs.size(), gs.size());
+    for (size_t k = 0; k < cs.size(); ++k)
+      expect_close(cs[k].name.c_str(), read_state(gs[k]), read_state(cs[k]), 1e-9, 1e-12);
   }
+  // Inference of a residual sum with the running state.
+  const auto a = randf(n, 90, 1.5f, 0.5f), b = randf(n, 91);
+  std::vector<float> y(n), sum(n);
+  on_cpu([&] {
+    cpu.norm->forward_residual(a.data(), b.data(), nullptr, 0.f, sum.data(), nullptr, rows,
+                               y.data(), false);
+  });
+  Buf<float> ga = up(a), gb = up(b), gy(n), gsum(n);
+  gpu.norm->forward_residual(ga.data(), gb.data(), nullptr, 0.f, gsum.data(), nullptr, rows,
+                             gy.data(), false);
+  expect_close("inference y", gy.to_host(), y, 1e-5, 1e-6);
+  expect_equal("inference residual sum", gsum.to_host(), sum);
 }
 
 TEST(CudaNormLayers, BatchMatchesCpuLayer) {
@@ -77,6 +129,10 @@ TEST(CudaNormLayers, PowerVMatchesCpuLayer) {
 TEST(CudaNormLayers, PowerNormMatchesCpuLayerThroughWarmup) {
   PN_REQUIRE_GPU();
   compare_layer("power");
+}
+TEST(CudaNormLayers, PowerNormAuthorsMatchesCpuLayerThroughWarmup) {
+  PN_REQUIRE_GPU();
+  compare_layer("power", PnVariant::authors);
 }
 
 }  // namespace
