@@ -394,6 +394,7 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = d / G, K = lane_slots<KMAX>(m);
   const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
   const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
+  constexpr bool kEarlyDx = KMAX > 0 && KMAX <= 24;
   Held<KMAX> pg{}, pb{};
   for (int r = rb * kRowWarps + warp; r < rows; r += row_step) {
     const size_t off = size_t(r) * d + size_t(j) * m;
@@ -401,6 +402,16 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
       if (!add)
         for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
       continue;
+    }
+    // The row's dx (when adding into it) loaded with its x and dy, before any store: one memory
+    // round trip for the three where a load of dx in each stage below made one a stage. Up to
+    // 24 values a lane (d 768): 128 registers, two blocks an SM as without; 32 would need 154.
+    Held<KMAX> dx_in{};
+    if constexpr (kEarlyDx) {
+      if (add)
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          if (lane + 32 * k < m) dx_in[k] = dx[off + lane + 32 * k];
     }
     const size_t u = size_t(r) * G + j;
     const float rs = stat[u], mu = kRms ? 0.f : mean[u];
@@ -432,8 +443,8 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
                   : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mg), __fmul_rn(xh, mgx)));
     };
     if constexpr (KMAX > 0) {
-      // kStage values at a time: their loads (dx's too, when adding) before their stores, so
-      // that the loads of a stage are in flight together (see the forward).
+      // kStage values at a time: their loads before their stores, so that the loads of a stage
+      // are in flight together (see the forward).
       constexpr int kStage = KMAX < 8 ? KMAX : 8;
 #pragma unroll
       for (int k0 = 0; k0 < K; k0 += kStage) {
@@ -444,7 +455,7 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
           if (c >= m) continue;
           const float dyc = dy[off + c], g = gj ? __fmul_rn(gj[c], dyc) : dyc;
           const float v = grad(xhat(x[off + c]), g);
-          dxv[k - k0] = add ? __fadd_rn(dx[off + c], v) : v;
+          dxv[k - k0] = add ? __fadd_rn(kEarlyDx ? dx_in[k] : dx[off + c], v) : v;
         }
 #pragma unroll
         for (int k = k0; k < k0 + kStage; ++k)
