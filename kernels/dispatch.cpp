@@ -338,19 +338,20 @@ void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t*
 }
 
 template <class T>
-void linear_backward_into_relu(const uint16_t* x16, const T* dy, int rows, int in, int out,
-                               const T* W, T* dW, T* db, const uint8_t* relu_mask,
-                               uint16_t* dx16) {
+void linear_backward_into_relu(const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
+                               int in, int out, const T* W, T* dW, T* db,
+                               const uint8_t* relu_mask, uint16_t* dx16) {
 #ifdef PN_HAVE_CUDA
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && relu_mask && dx16) {
-      const Bf16Copy rounded(dy, size_t(rows) * out);  // dy rounded once for the three reads
+      // dy rounded once for the three reads, unless it came rounded
+      const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
       // dW and db first: they read x16, which dx16 may overwrite.
-      linear_backward<T>(nullptr, x16, dy, nullptr, rows, in, out, W, nullptr, nullptr, dW, db);
-      return input_grad_bf16(dy, nullptr, rows, in, out, W, relu_mask, dx16);
+      linear_backward<T>(nullptr, x16, dy, dy16, rows, in, out, W, nullptr, nullptr, dW, db);
+      return input_grad_bf16(dy, dy16, rows, in, out, W, relu_mask, dx16);
     }
 #endif
-  (void)x16, (void)dy, (void)rows, (void)in, (void)out, (void)W, (void)dW, (void)db;
+  (void)x16, (void)dy, (void)dy16, (void)rows, (void)in, (void)out, (void)W, (void)dW, (void)db;
   (void)relu_mask, (void)dx16;
   throw std::logic_error("linear_backward_into_relu: no ReLU mask on this context "
                          "(linear_forward writes one only on a GPU at bf16)");

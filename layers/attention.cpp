@@ -43,7 +43,8 @@ void CausalSelfAttention<T>::forward(const T* x, int num_seq, int seq_length, T*
 }
 
 template <class T>
-void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16) {
+void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16,
+                                      const uint16_t* dy16) {
   const size_t rows = size_t(nseq) * seq_len;
   T* scratch = ws->take(ws->attn_scratch, saved.size());
   // Where the attention reads its incoming gradient in bf16, the projection writes it there: no
@@ -53,7 +54,7 @@ void CausalSelfAttention<T>::backward(const T* x, const T* dy, T* dx, const uint
   const uint16_t* dqkv16 = k::attention_dqkv_bf16<T>(scratch, nseq, seq_len, dim, heads);
   T* dqkv = dqkv16 ? nullptr : ws->take(ws->dqkv, rows * 3 * dim);
   const T* ctx32 = ctx16 ? nullptr : ctx.data();
-  out_proj.backward(ctx32, dy, int(rows), dctx, ctx16, nullptr, dctx16);
+  out_proj.backward(ctx32, dy, int(rows), dctx, ctx16, dy16, dctx16);
   k::attention_backward<T>(qkv_saved, saved.data(), ctx32, dctx, nseq, seq_len, dim, heads, dqkv,
                            scratch);
   qkv_proj.backward(x, dqkv, int(rows), dx, x16, dqkv16);

@@ -28,8 +28,10 @@ struct CausalSelfAttention {
                       int num_heads);
   // x16: x's bf16 rounding where the caller keeps only that (Linear::forward).
   void forward(const T* x, int num_seq, int seq_length, T* y, const uint16_t* x16 = nullptr);
-  // The same x (or x16) as forward; dx overwritten.
-  void backward(const T* x, const T* dy, T* dx, const uint16_t* x16 = nullptr);
+  // The same x (or x16) as forward; dx overwritten. dy16: dy's bf16 rounding where its producer
+  // wrote one (Linear::backward).
+  void backward(const T* x, const T* dy, T* dx, const uint16_t* x16 = nullptr,
+                const uint16_t* dy16 = nullptr);
 };
 
 

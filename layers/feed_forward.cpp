@@ -21,13 +21,14 @@ void FeedForward<T>::forward(const T* x, int num_rows, T* y, const uint16_t* x16
 }
 
 template <class T>
-void FeedForward<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16) {
+void FeedForward<T>::backward(const T* x, const T* dy, T* dx, const uint16_t* x16,
+                              const uint16_t* dy16) {
   if (mask_kept) {  // the masked gradient written over the hidden layer's rounding, in bf16
-    fc2.backward_into_relu(hidden.x16, dy, rows, relu_mask.data(), hidden.half.data());
+    fc2.backward_into_relu(hidden.x16, dy, rows, relu_mask.data(), hidden.half.data(), dy16);
     return fc1.backward(x, nullptr, rows, dx, x16, hidden.x16);
   }
   T* dhidden = ws->take(ws->dhidden, size_t(rows) * fc1.out);
-  fc2.backward(hidden.saved(), dy, rows, dhidden, hidden.x16);
+  fc2.backward(hidden.saved(), dy, rows, dhidden, hidden.x16, dy16);
   // The hidden layer's rounding (fc2's input) is spent: fc1's masked gradient goes over it.
   fc1.backward_relu(x, hidden.saved(), dhidden, rows, dx, x16,
                     hidden.x16 ? hidden.half.data() : nullptr);

@@ -25,7 +25,9 @@ struct FeedForward {
   FeedForward(ParamStore<T>& s, Workspace<T>& w, const std::string& name, int d, int ffn_dim);
   // x16: x's bf16 rounding where the caller keeps only that (Linear::forward).
   void forward(const T* x, int num_rows, T* y, const uint16_t* x16 = nullptr);
-  void backward(const T* x, const T* dy, T* dx, const uint16_t* x16 = nullptr);  // dx overwritten
+  // dx overwritten. dy16: dy's bf16 rounding where its producer wrote one (Linear::backward).
+  void backward(const T* x, const T* dy, T* dx, const uint16_t* x16 = nullptr,
+                const uint16_t* dy16 = nullptr);
 };
 
 }  // namespace pn

@@ -36,8 +36,9 @@ void Linear<T>::backward_relu(const T* x, const T* y, T* dy, int rows, T* dx, co
 
 template <class T>
 void Linear<T>::backward_into_relu(const uint16_t* x16, const T* dy, int rows,
-                                   const uint8_t* relu_mask, uint16_t* dx16) const {
-  k::linear_backward_into_relu<T>(x16, dy, rows, in, out, store->p(w), store->g(w),
+                                   const uint8_t* relu_mask, uint16_t* dx16,
+                                   const uint16_t* dy16) const {
+  k::linear_backward_into_relu<T>(x16, dy, dy16, rows, in, out, store->p(w), store->g(w),
                                   b >= 0 ? store->g(b) : nullptr, relu_mask, dx16);
 }
 

@@ -38,8 +38,9 @@ struct Linear {
   // Backward of a Linear whose input x16 came out of the ReLU of a Linear whose forward wrote
   // relu_mask: the parameter gradients, then the gradient with respect to that ReLU's input,
   // rounded to bf16, into dx16, which may be x16's storage (k::linear_backward_into_relu).
+  // dy16: as backward's.
   void backward_into_relu(const uint16_t* x16, const T* dy, int rows, const uint8_t* relu_mask,
-                          uint16_t* dx16) const;
+                          uint16_t* dx16, const uint16_t* dy16 = nullptr) const;
 };
 
 }  // namespace pn

@@ -127,27 +127,36 @@ void LanguageModel<T>::train_pass(const Batch& batch, T grad_scale, double* loss
   const uint8_t* mask = this->mask.data();
   const bool drop = config.dropout > 0;
   const float p = float(config.dropout);
-  // grad_a carries the residual-stream gradient.
+  // grad_a carries the residual-stream gradient. Without dropout a branch's output projection
+  // reads it as it is: where the GEMMs read bf16 the norms that write it write its bf16
+  // rounding too (g16), and the projections read that instead of rounding it again.
   grad_a.resize(n);
   grad_b.resize(n);
   grad_c.resize(n);
+  uint16_t* g16 = nullptr;
+  if (!drop && k::gemm_inputs_in_bf16<T>()) {
+    grad_a16.resize(n);
+    g16 = grad_a16.data();
+  }
   T* df = grad_c.data();
   embed.output_loss(f.data(), targets.data(), mask, rows, T(config.label_smoothing), grad_scale,
                     loss_sums, logits, df, config.max_logits);
-  norm_final->backward(h_last.data(), df, mask, rows, grad_a.data());
+  norm_final->backward(h_last.data(), df, mask, rows, grad_a.data(), false, g16);
   if (grads_ready) grads_ready(final_norm_begin);
   for (int l = int(blocks.size()) - 1; l >= 0; --l) {
     Block& b = blocks[l];
     // h_out = mid + drop(ff(norm_ff(mid))): branch gradient into grad_b (reuse df as scratch;
     // without dropout the branch's output gradient is the stream's, read where it is)
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_ff.data(), p, n, df);
-    b.ff.backward(b.b.saved(), drop ? df : grad_a.data(), grad_b.data(), b.b.x16);
+    b.ff.backward(b.b.saved(), drop ? df : grad_a.data(), grad_b.data(), b.b.x16, g16);
     // the norm's input gradient added to the stream's in place: grad wrt mid
-    b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, grad_a.data(), true);
+    b.norm_ff->backward(b.mid.data(), grad_b.data(), mask, rows, grad_a.data(), true, g16);
     // mid = x + drop(attn(norm_self(x)))
     if (drop) k::dropout_copy<T>(grad_a.data(), b.keep_attn.data(), p, n, df);
-    b.attn.backward(b.a.saved(), drop ? df : grad_a.data(), grad_b.data(), b.a.x16);
-    b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, grad_a.data(), true);  // wrt x
+    b.attn.backward(b.a.saved(), drop ? df : grad_a.data(), grad_b.data(), b.a.x16, g16);
+    // wrt x (the first block's goes to the embedding, which reads it in fp32)
+    b.norm_self->backward(b.x.data(), grad_b.data(), mask, rows, grad_a.data(), true,
+                          l > 0 ? g16 : nullptr);
     if (grads_ready) grads_ready(b.param_begin);
   }
   embed.backward(tokens.data(), grad_a.data(), rows);

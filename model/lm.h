@@ -61,6 +61,7 @@ struct LanguageModel {
   std::unique_ptr<Norm<T>> norm_final;
   Buf<T> h_last, f, logits, grad_a, grad_b, grad_c;  // activations and scratch (logits: a chunk's
                                                      // in training and evaluation)
+  Buf<uint16_t> grad_a16;  // grad_a's bf16 rounding, where the norms write it (train_pass)
   // The current batch on the device (uploaded once per forward), and the loss sums of the
   // convenience forms below.
   Buf<int32_t> tokens, targets;

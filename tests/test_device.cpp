@@ -499,8 +499,10 @@ TEST(Devices, CudaGraphsTrainAsLaunchByLaunch) {
 // A GPU at bf16 keeps a norm's output and the feed-forward's hidden layer only as their bf16
 // rounding (k::gemm_inputs_in_bf16, layers/gemm_input.h), and the loss writes its gradient only
 // as its bf16 rounding: the GEMMs read the rounding they would otherwise make at each call and
-// the ReLU's mask comes from it, so 12 updates of a small LM (PN, dropout 0.1, cuDNN's
-// attention; then LN on the materialized attention) and 6 of a small translation model give
+// the ReLU's mask comes from it, and without dropout the norms write the residual stream's
+// gradient in bf16 for the projections that read it; so 12 updates of a small LM (PN without
+// dropout on cuDNN's attention, LN with dropout 0.1 on the materialized attention, LN without
+// dropout on cuDNN's) and 6 of a small translation model give
 // every loss equal to the bit with the rounding at each call (Context::gemm_inputs_bf16 off),
 // where the feed-forward's GEMM writes fp32 and a pass rounds it. Where cuBLASLt's epilogue
 // writes the rounding itself (Context::gemm_bf16_outputs, the default) it may sum in another
@@ -508,21 +510,22 @@ TEST(Devices, CudaGraphsTrainAsLaunchByLaunch) {
 TEST(Devices, CudaBf16KeptGemmInputsAreTheRoundingAtEachCall) {
   PN_REQUIRE_DEVICE(Device::CUDA);
   FLAGS_minloglevel = 1;
-  for (int variant = 0; variant < 3; ++variant) {
+  for (int variant = 0; variant < 4; ++variant) {
     const bool mt = variant == 2;
     Options o = mt ? test::small_mt() : test::small_lm();
     if (!mt) {
       o.decoder_embed_dim = 64, o.decoder_attention_heads = 2, o.max_update = 12;
-      o.max_tokens = 256, o.dropout = 0.1;
+      o.max_tokens = 256, o.dropout = variant == 1 ? 0.1 : 0.0;
       o.norm_self = o.norm_ff = o.norm_final = variant == 0 ? "power" : "layer";
     }
-    SCOPED_TRACE(mt ? "translation" : o.norm_self);
+    SCOPED_TRACE(mt ? "translation" : o.norm_self + (o.dropout > 0 ? ", dropout" : ", no dropout"));
     std::vector<double> losses[3];
     for (int kept = 0; kept < 3; ++kept) {  // off; kept, rounding pass; kept, the epilogue's
       DeviceScope scope(Device::CUDA, 0, GemmMath::bf16);
       current_context().gemm_inputs_bf16 = kept >= 1;
       current_context().gemm_bf16_outputs = kept == 2;
-      current_context().attention = variant == 0 ? Attention::cudnn : Attention::materialized;
+      current_context().attention =
+          variant == 0 || variant == 3 ? Attention::cudnn : Attention::materialized;
       EXPECT_EQ(k::gemm_inputs_in_bf16<float>(), kept >= 1);
       EXPECT_FALSE(k::gemm_inputs_in_bf16<double>());
       auto comm = make_single_communicator();

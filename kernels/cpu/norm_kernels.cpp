@@ -39,6 +39,18 @@ void rounded_output(size_t n, uint16_t* y16, Forward&& forward) {
   forward(y.data());
   for (size_t i = 0; i < n; ++i) y16[i] = bf16_bits(float(y[i]));
 }
+// A backward asked for its dx in bf16 too (dx16, the GPU's form; here for the stand-in and the
+// tests): rounded from dx as the kernel returns.
+template <class T>
+struct RoundedOnReturn {
+  const T* dx;
+  size_t n;
+  uint16_t* dx16;
+  ~RoundedOnReturn() {
+    if (dx16)
+      for (size_t i = 0; i < n; ++i) dx16[i] = bf16_bits(float(dx[i]));
+  }
+};
 inline bool live(const uint8_t* mask, int r) { return !mask || mask[r]; }
 inline int nchunks(int rows) { return (rows + kRowChunk - 1) / kRowChunk; }
 
@@ -357,7 +369,9 @@ void column_affine(const T* x, int rows, int d, const double* shift, const doubl
 template <class T>
 void column_norm_backward(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
                           const double* shift, const double* scale, const T* gamma,
-                          const double* a, const double* b, T* dx, bool add_to_dx) {
+                          const double* a, const double* b, T* dx, bool add_to_dx,
+                          uint16_t* dx16) {
+  const RoundedOnReturn<T> rounded{dx, size_t(rows) * size_t(d), dx16};
   // With u = x - shf (shf = T(shift), e = shift - shf): xh = (u - e) * scale and
   // dx = scale (gamma dy - a - b xh) = P dy + Q u + R,
   // P = scale gamma, Q = -scale^2 b, R = scale (b scale e - a).
@@ -422,7 +436,8 @@ void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* ga
 template <class T>
 void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamma,
                            const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma,
-                           bool add_to_dx) {
+                           bool add_to_dx, uint16_t* dx16) {
+  const RoundedOnReturn<T> rounded{dx, size_t(rows) * size_t(d), dx16};
   const int m = d / G;
   const int nch = nchunks(rows);
   T* ones = nullptr;
@@ -504,7 +519,8 @@ void rowgroup_norm_forward(const T* x, int rows, int d, int G, T eps, const T* g
 template <class T>
 void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rstd,
                             const T* gamma, const uint8_t* mask, int rows, int d, int G, T* dx,
-                            T* dgamma, T* dbeta, bool add_to_dx) {
+                            T* dgamma, T* dbeta, bool add_to_dx, uint16_t* dx16) {
+  const RoundedOnReturn<T> rounded{dx, size_t(rows) * size_t(d), dx16};
   const int m = d / G;
   const int nch = nchunks(rows);
   T* part = scratch<T>(1, size_t(nch) * 2 * d);  // per chunk: [sum dy * xh | sum dy]
@@ -565,9 +581,10 @@ void column_stats_affine(const T* a, const T* b, const uint8_t* keep, float p, T
 template <class T>
 void column_backward_dot(const T* x, const T* dy, const uint8_t* mask, int rows, int d,
                          const double* scale, const T* gamma, const double* b, T* dx,
-                         bool add_to_dx, double* sum_dy, double* sum_dy_x) {
+                         bool add_to_dx, uint16_t* dx16, double* sum_dy, double* sum_dy_x) {
   column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy, sum_dy_x);
-  column_norm_backward<T>(x, dy, mask, rows, d, nullptr, scale, gamma, nullptr, b, dx, add_to_dx);
+  column_norm_backward<T>(x, dy, mask, rows, d, nullptr, scale, gamma, nullptr, b, dx, add_to_dx,
+                          dx16);
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

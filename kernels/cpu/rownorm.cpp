@@ -25,9 +25,9 @@ void residual_layernorm_forward(const T* a, const T* b, const uint8_t* keep, flo
 template <class T>
 void layernorm_backward(const T* x, const T* dy, const T* mean, const T* rstd, const T* gamma,
                         const uint8_t* mask, int rows, int d, T* dx, T* dgamma, T* dbeta,
-                        bool add_to_dx) {
+                        bool add_to_dx, uint16_t* dx16) {
   rowgroup_norm_backward<T>(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta,
-                            add_to_dx);
+                            add_to_dx, dx16);
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

@@ -100,9 +100,13 @@ __device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float
 }
 
 // An input gradient: dx[i] = v, or dx[i] += v (add: the residual stream's gradient taken in
-// place, rounded as a separate add would round it).
-__device__ __forceinline__ void put_grad(float* dx, size_t i, float v, bool add) {
-  dx[i] = add ? __fadd_rn(dx[i], v) : v;
+// place, rounded as a separate add would round it); where dx16 is given, its bf16 rounding too.
+__device__ __forceinline__ void put_grad16(float* dx, uint16_t* dx16, size_t i, float v) {
+  dx[i] = v;
+  if (dx16) reinterpret_cast<__nv_bfloat16*>(dx16)[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void put_grad(float* dx, uint16_t* dx16, size_t i, float v, bool add) {
+  put_grad16(dx, dx16, i, add ? __fadd_rn(dx[i], v) : v);
 }
 
 // column_affine's coefficients: y = A (x - S) + B;  A = gamma scale, S = float(shift),
@@ -198,12 +202,14 @@ struct DotPass {
 };
 
 // column_norm_backward's map dx = P dy + Q (x - S) + R on live rows (masked: 0, or dx kept when
-// adding); with dot, also column_dot(dy, x)'s sums (shift 0): v0 = dy, v1 = dy x.
+// adding), and its bf16 rounding where dx16; with dot, also column_dot(dy, x)'s sums (shift 0):
+// v0 = dy, v1 = dy x.
 struct BackwardPass {
   const float* x;
   const float* dy;
   const float* co;  // P, Q, R, S
   float* dx;
+  uint16_t* dx16;
   bool add, dot;
   int d;
   struct Column {
@@ -221,12 +227,12 @@ struct BackwardPass {
       v1 = v0 * double(in.x);
     }
     if (!live) {
-      if (!add) dx[i] = 0.f;
+      put_grad16(dx, dx16, i, add ? in.dx : 0.f);
       return;
     }
     const float v =
         __fadd_rn(__fadd_rn(__fmul_rn(k.P, in.dy), __fmul_rn(k.Q, __fsub_rn(in.x, k.S))), k.R);
-    dx[i] = add ? __fadd_rn(in.dx, v) : v;
+    put_grad16(dx, dx16, i, add ? __fadd_rn(in.dx, v) : v);
   }
 };
 
@@ -390,7 +396,7 @@ template <bool kRms, int KMAX>
 __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const float* mean,
                                          const float* stat, const float* gamma, const uint8_t* mask,
                                          int rows, int d, int G, int row_step, float* dx,
-                                         bool add, double* part) {
+                                         bool add, uint16_t* dx16, double* part) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, m = d / G, K = lane_slots<KMAX>(m);
   const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
   const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
@@ -399,8 +405,8 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
   for (int r = rb * kRowWarps + warp; r < rows; r += row_step) {
     const size_t off = size_t(r) * d + size_t(j) * m;
     if (!live(mask, r)) {
-      if (!add)
-        for (int c = lane; c < m; c += 32) dx[off + c] = 0.f;
+      if (!add || dx16)
+        for (int c = lane; c < m; c += 32) put_grad16(dx, dx16, off + c, add ? dx[off + c] : 0.f);
       continue;
     }
     // The row's dx (when adding into it) loaded with its x and dy, before any store: one memory
@@ -459,10 +465,12 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
         }
 #pragma unroll
         for (int k = k0; k < k0 + kStage; ++k)
-          if (lane + 32 * k < m) dx[off + lane + 32 * k] = dxv[k - k0];
+          if (lane + 32 * k < m) put_grad16(dx, dx16, off + lane + 32 * k, dxv[k - k0]);
       }
     } else {
-      each([&](int, int c, float, float xh, float g) { put_grad(dx, off + c, grad(xh, g), add); });
+      each([&](int, int c, float, float xh, float g) {
+        put_grad(dx, dx16, off + c, grad(xh, g), add);
+      });
     }
   }
   if constexpr (KMAX > 0) {
@@ -536,7 +544,7 @@ constexpr int kGradBlocks = 256;
 template <bool kRms>
 void rowgroup_backward(const float* x, const float* dy, const float* mean, const float* stat,
                        const float* gamma, const uint8_t* mask, int rows, int d, int G, float* dx,
-                       float* dgamma, float* dbeta, bool add, cudaStream_t s) {
+                       float* dgamma, float* dbeta, bool add, uint16_t* dx16, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   const int m = d / G;
   const int rb = std::max(1, std::min((rows + kRowWarps - 1) / kRowWarps, kGradBlocks / G));
@@ -545,7 +553,7 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
   with_held_slots(m, [&](auto held) {
     PN_LAUNCH((rowgroup_backward_kernel<kRms, decltype(held)::value>), unsigned(rb) * G,
               kRowWarps * 32, 0, s)(x, dy, mean, stat, gamma, mask, rows, d, G, rb * kRowWarps,
-                                    dx, add, part);
+                                    dx, add, dx16, part);
     PN_LAUNCHED();
   });
   if (fused) {
@@ -580,10 +588,10 @@ void column_affine(const float* x, int rows, int d, const double* shift, const d
 void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
                           const double* shift, const double* scale, const float* gamma,
                           const double* a, const double* b, float* dx, bool add_to_dx,
-                          cudaStream_t s) {
+                          uint16_t* dx16, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   const float* co = backward_coeffs(d, shift, scale, gamma, a, b, s);
-  column_pass(BackwardPass{x, dy, co, dx, add_to_dx, false, d}, mask, rows, d, nullptr,
+  column_pass(BackwardPass{x, dy, co, dx, dx16, add_to_dx, false, d}, mask, rows, d, nullptr,
               (double*)nullptr, (double*)nullptr, s);
 }
 
@@ -602,11 +610,12 @@ void column_stats_affine(const float* a, const float* b, const uint8_t* keep, fl
 
 void column_backward_dot(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
                          const double* scale, const float* gamma, const double* b, float* dx,
-                         bool add_to_dx, double* sum_dy, double* sum_dy_x, cudaStream_t s) {
+                         bool add_to_dx, uint16_t* dx16, double* sum_dy, double* sum_dy_x,
+                         cudaStream_t s) {
   const float* co =
       rows > 0 && d > 0 ? backward_coeffs(d, nullptr, scale, gamma, nullptr, b, s) : nullptr;
-  column_pass(BackwardPass{x, dy, co, dx, add_to_dx, true, d}, mask, rows, d, nullptr, sum_dy,
-              sum_dy_x, s);
+  column_pass(BackwardPass{x, dy, co, dx, dx16, add_to_dx, true, d}, mask, rows, d, nullptr,
+              sum_dy, sum_dy_x, s);
 }
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
@@ -617,9 +626,9 @@ void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, con
 
 void rowgroup_rms_backward(const float* x, const float* dy, const float* rinv, const float* gamma,
                            const uint8_t* mask, int rows, int d, int G, float* dx, float* dgamma,
-                           bool add_to_dx, cudaStream_t s) {
+                           bool add_to_dx, uint16_t* dx16, cudaStream_t s) {
   rowgroup_backward<true>(x, dy, nullptr, rinv, gamma, mask, rows, d, G, dx, dgamma, nullptr,
-                          add_to_dx, s);
+                          add_to_dx, dx16, s);
 }
 
 void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
@@ -631,9 +640,9 @@ void rowgroup_norm_forward(const float* x, int rows, int d, int G, float eps, co
 void rowgroup_norm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                             const float* gamma, const uint8_t* mask, int rows, int d, int G,
                             float* dx, float* dgamma, float* dbeta, bool add_to_dx,
-                            cudaStream_t s) {
+                            uint16_t* dx16, cudaStream_t s) {
   rowgroup_backward<false>(x, dy, mean, rstd, gamma, mask, rows, d, G, dx, dgamma, dbeta,
-                           add_to_dx, s);
+                           add_to_dx, dx16, s);
 }
 
 void layernorm_forward(const float* x, int rows, int d, const float* gamma, const float* beta,
@@ -652,9 +661,10 @@ void residual_layernorm_forward(const float* a, const float* b, const uint8_t* k
 
 void layernorm_backward(const float* x, const float* dy, const float* mean, const float* rstd,
                         const float* gamma, const uint8_t* mask, int rows, int d, float* dx,
-                        float* dgamma, float* dbeta, bool add_to_dx, cudaStream_t s) {
+                        float* dgamma, float* dbeta, bool add_to_dx, uint16_t* dx16,
+                        cudaStream_t s) {
   rowgroup_norm_backward(x, dy, mean, rstd, gamma, mask, rows, d, 1, dx, dgamma, dbeta, add_to_dx,
-                         s);
+                         dx16, s);
 }
 
 }  // namespace pn::cuda

@@ -52,7 +52,7 @@ void BatchNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int r
 
 template <class T>
 void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                            bool add_to_dx) {
+                            bool add_to_dx, uint16_t* dx16) {
   // [sum dy | sum dy (x - mu_B)], local parameter gradients taken before the reduction; every
   // rank joins the all-reduce, even with no rows.
   const double* count = stats.data();
@@ -63,7 +63,7 @@ void BatchNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
   // a = mean_S g, b = mean_S g xh (0 for an empty set, whose rows are all masked: dx = 0).
   k::batch_backward_coeffs<T>(count, sums.data(), d, gm, rstd.data(), a.data(), b.data());
   k::column_norm_backward<T>(x, dy, mask, rows, d, mean.data(), rstd.data(), gm, a.data(),
-                             b.data(), dx, add_to_dx);
+                             b.data(), dx, add_to_dx, dx16);
   if (this->probe) {  // g_mu = rstd * mean g (the same for every row); g_sigma2 = rstd * b * xh
     const std::vector<double> r = host_copy(rstd.data(), d), av = host_copy(a.data(), d);
     double g_mu = 0;

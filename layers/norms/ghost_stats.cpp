@@ -36,13 +36,14 @@ void GhostStats<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, boo
 
 template <class T>
 void GhostStats<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                             bool add_to_dx) {
+                             bool add_to_dx, uint16_t* dx16) {
   const int n = groups(rows);
   for (int g = 0; g < n; ++g) {
     const int b = std::min(rows, g * group_rows), e = std::min(rows, b + group_rows);
     const size_t at = size_t(b) * d;
     inner->load_forward(saved[g]);
-    inner->backward(x + at, dy + at, mask ? mask + b : nullptr, e - b, dx + at, add_to_dx);
+    inner->backward(x + at, dy + at, mask ? mask + b : nullptr, e - b, dx + at, add_to_dx,
+                    dx16 ? dx16 + at : nullptr);
   }
 }
 

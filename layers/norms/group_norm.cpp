@@ -27,9 +27,9 @@ void GroupNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 
 template <class T>
 void GroupNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                            bool add_to_dx) {
+                            bool add_to_dx, uint16_t* dx16) {
   k::rowgroup_norm_backward<T>(x, dy, mean.data(), rstd.data(), store->p(gamma), mask, rows, d,
-                               groups, dx, store->g(gamma), store->g(beta), add_to_dx);
+                               groups, dx, store->g(gamma), store->g(beta), add_to_dx, dx16);
 }
 
 template struct GroupNorm<float>;

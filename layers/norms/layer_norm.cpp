@@ -33,9 +33,9 @@ void LayerNorm<T>::forward_residual(const T* a, const T* b, const uint8_t* keep,
 
 template <class T>
 void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                            bool add_to_dx) {
+                            bool add_to_dx, uint16_t* dx16) {
   k::layernorm_backward<T>(x, dy, mean.data(), rstd.data(), store->p(gamma), mask, rows, d, dx,
-                           store->g(gamma), store->g(beta), add_to_dx);
+                           store->g(gamma), store->g(beta), add_to_dx, dx16);
 }
 
 template struct LayerNorm<float>;

@@ -127,9 +127,11 @@ struct Norm {
   // The features a row has (d).
   virtual int width() const = 0;
   // dx = the input gradient, or dx += it with add_to_dx (a residual stream's gradient, taken in
-  // place by the kernel); dgamma/dbeta accumulate into the ParamStore's gradient buffer.
+  // place by the kernel); dgamma/dbeta accumulate into the ParamStore's gradient buffer. dx16:
+  // where not null (only where k::gemm_inputs_in_bf16<T>()), dx's bf16 rounding as well, written
+  // by the kernel that writes dx, for the backward GEMMs that read dx next.
   virtual void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                        bool add_to_dx = false) = 0;
+                        bool add_to_dx = false, uint16_t* dx16 = nullptr) = 0;
   // Running state (empty for layer/rms/group), for checkpoints and pnnorm.
   virtual std::vector<StateTensor> state() { return {}; }
   // True when the layer all-reduces statistics (every rank must call forward/backward).

@@ -52,7 +52,7 @@ void PowerNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int r
 
 template <class T>
 void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                            bool add_to_dx) {
+                            bool add_to_dx, uint16_t* dx16) {
   const double* count = stats.data();
   const T* gm = store->p(gamma);
   sums.resize(2 * size_t(d));
@@ -64,7 +64,7 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     k::pn_authors_coeffs(count, sum_x2.data(), nu.data(), inv_s.data(), d, eps, alpha_bkw,
                          inv_s_b.data(), nu_coef.data());
     k::column_backward_dot<T>(x, dy, mask, rows, d, inv_s_b.data(), gm, nu_coef.data(), dx,
-                              add_to_dx, sums.data(), sums.data() + d);
+                              add_to_dx, dx16, sums.data(), sums.data() + d);
     psi_grads_from_sums<T>(count, d, inv_s.data(), *store, gamma, beta, comm, sums, &g_xh);
     if (this->probe)  // the nu term of dx: inv_s_B (1 - alpha_bkw) nu xh
       this->probe_values.emplace_back(
@@ -74,7 +74,7 @@ void PowerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
     return;
   }
   k::column_backward_dot<T>(x, dy, mask, rows, d, inv_s.data(), gm, nu.data(), dx, add_to_dx,
-                            sums.data(), sums.data() + d);
+                            dx16, sums.data(), sums.data() + d);
   psi_grads_from_sums<T>(count, d, inv_s.data(), *store, gamma, beta, comm, sums, &g_xh);
   if (this->probe)  // PN's counterpart of g_psi2: inv_s * nu * xh
     this->probe_values.emplace_back(

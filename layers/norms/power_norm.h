@@ -63,7 +63,7 @@ struct PowerNorm : ColumnNorm<T> {
   void forward_in(const NormInput<T>& in, const uint8_t* mask, int rows, T* y, bool training,
                   uint16_t* y16) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                bool add_to_dx = false) override;
+                bool add_to_dx = false, uint16_t* dx16 = nullptr) override;
   int width() const override { return d; }
   std::vector<StateTensor> state() override;
   void save_forward(Buf<double>* saved) override;

@@ -39,13 +39,13 @@ void PowerVNorm<T>::forward_in(const NormInput<T>& in, const uint8_t* mask, int 
 
 template <class T>
 void PowerVNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                             bool add_to_dx) {
+                             bool add_to_dx, uint16_t* dx16) {
   const double* count = stats.data();
   psi_backward_sums<T>(x, dy, mask, rows, d, count, inv_s.data(), *store, gamma, beta, comm,
                        &sums, &g_xh);
   k::mean_over_count(count, g_xh.data(), d, b.data());  // mean_S g xh (0 for an empty set)
   k::column_norm_backward<T>(x, dy, mask, rows, d, nullptr, inv_s.data(), store->p(gamma),
-                             nullptr, b.data(), dx, add_to_dx);
+                             nullptr, b.data(), dx, add_to_dx, dx16);
   if (this->probe)  // g_psi2 = inv_s * mean(g xh) * xh
     this->probe_values.emplace_back(
         "g_psi2", probe_xh_part(x, mask, rows, d, nullptr, inv_s.data(), b.data(), count));

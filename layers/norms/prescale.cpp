@@ -27,11 +27,11 @@ void Prescaled<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool
 
 template <class T>
 void Prescaled<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                            bool add_to_dx) {
+                            bool add_to_dx, uint16_t* dx16) {
   dz.resize(size_t(rows) * d);
-  inner->backward(z.data(), dy, mask, rows, dz.data());
+  inner->backward(z.data(), dy, mask, rows, dz.data());  // no dx16: only rms reads dz
   k::rowgroup_rms_backward<T>(x, dz.data(), rinv.data(), nullptr, mask, rows, d, groups, dx,
-                              nullptr, add_to_dx);
+                              nullptr, add_to_dx, dx16);
 }
 
 template struct Prescaled<float>;

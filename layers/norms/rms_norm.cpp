@@ -19,9 +19,9 @@ void RmsNorm<T>::forward(const T* x, const uint8_t* mask, int rows, T* y, bool t
 
 template <class T>
 void RmsNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                          bool add_to_dx) {
+                          bool add_to_dx, uint16_t* dx16) {
   k::rowgroup_rms_backward<T>(x, dy, rinv.data(), store->p(gamma), mask, rows, d, 1, dx,
-                              store->g(gamma), add_to_dx);
+                              store->g(gamma), add_to_dx, dx16);
 }
 
 template struct RmsNorm<float>;

@@ -20,7 +20,7 @@ struct RmsNorm final : Norm<T> {
   void forward(const T* x, const uint8_t* mask, int rows, T* y, bool training,
                uint16_t* y16 = nullptr) override;
   void backward(const T* x, const T* dy, const uint8_t* mask, int rows, T* dx,
-                bool add_to_dx = false) override;
+                bool add_to_dx = false, uint16_t* dx16 = nullptr) override;
   int width() const override { return d; }
 };
 

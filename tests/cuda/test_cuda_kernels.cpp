@@ -223,7 +223,7 @@ TEST(CudaKernels, ReluMaskCarriesTheReluIntoTheBackwardEpilogue) {
     off += std::fabs(h[i] - y[i]) > std::ldexp(std::fabs(y[i]) + std::fabs(b1[i % hid]), -8) + 1e-6;
   EXPECT_EQ(off, 0) << "of " << y.size() << " bf16 outputs";
 
-  k::linear_backward_into_relu<float>(h16.data(), bdy.data(), rows, hid, out, bw2.data(),
+  k::linear_backward_into_relu<float>(h16.data(), bdy.data(), nullptr, rows, hid, out, bw2.data(),
                                       bdw.data(), bdb.data(), mask.data(), h16.data());
   const auto dyr = rounded(dy), w2r = rounded(w2);
   std::vector<float> dW = dw0, db = db0, dh(size_t(rows) * hid);
@@ -1016,18 +1016,19 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
       std::vector<float> gx(n);
       k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), c.rows, c.d,
                                      full ? shift.data() : nullptr, scale.data(), gamma.data(),
-                                     full ? a.data() : nullptr, b.data(), gx.data(), false);
+                                     full ? a.data() : nullptr, b.data(), gx.data(), false,
+                                     nullptr);
       cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), c.rows, c.d,
                                  full ? dshift.data() : nullptr, dscale.data(), dgamma.data(),
                                  full ? da.data() : nullptr, dbb.data(), dout.data(), false,
-                                 kStream);
+                                 nullptr, kStream);
       expect_close("column_norm_backward", dout.download(), gx, 1e-6, 1e-6);
       const auto base = randf(n, 28, 3.f);
       DBuf<float> dsum(base);
       cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), c.rows, c.d,
                                  full ? dshift.data() : nullptr, dscale.data(), dgamma.data(),
                                  full ? da.data() : nullptr, dbb.data(), dsum.data(), true,
-                                 kStream);
+                                 nullptr, kStream);
       EXPECT_EQ(dsum.download(), added_to(base, dout.download()));
     }
   }
@@ -1058,14 +1059,14 @@ TEST(CudaNormKernels, RowGroupRms) {
                                        rinv.data());
         k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(), c.rows,
                                         c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr,
-                                        false);
+                                        false, nullptr);
         cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
                                    with_gamma ? dgm.data() : nullptr, dy_out.data(), nullptr,
                                    drinv.data(), kStream);
         cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
                                     with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
                                     ddx.data(), with_gamma ? ddgamma.data() : nullptr, false,
-                                    kStream);
+                                    nullptr, kStream);
         expect_close("rms rinv", drinv.download(), rinv, 1e-6, 0);
         expect_close("rms y", dy_out.download(), y, 1e-6, 1e-6);
         expect_close("rms dx", ddx.download(), gx, 1e-5, 1e-6);
@@ -1075,7 +1076,7 @@ TEST(CudaNormKernels, RowGroupRms) {
         cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
                                     with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
                                     dsum.data(), with_gamma ? ddgamma.data() : nullptr, true,
-                                    kStream);
+                                    nullptr, kStream);
         EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
       }
     }
@@ -1102,23 +1103,23 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
                                     y.data(), nullptr, mean.data(), rstd.data());
         k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
                                      mask.data(), c.rows, c.d, gx.data(), dgamma.data(),
-                                     dbeta.data(), false);
+                                     dbeta.data(), false, nullptr);
         cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
                                 nullptr, dmean.data(), drstd.data(), kStream);
         cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                  dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(),
-                                 ddbeta.data(), false, kStream);
+                                 ddbeta.data(), false, nullptr, kStream);
       } else {
         k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(), beta.data(),
                                         y.data(), nullptr, mean.data(), rstd.data());
         k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(),
                                          gamma.data(), mask.data(), c.rows, c.d, G, gx.data(),
-                                         dgamma.data(), dbeta.data(), false);
+                                         dgamma.data(), dbeta.data(), false, nullptr);
         cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
                                     dyo.data(), nullptr, dmean.data(), drstd.data(), kStream);
         cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                      dmask.data(), c.rows, c.d, G, ddx.data(), ddgamma.data(),
-                                     ddbeta.data(), false, kStream);
+                                     ddbeta.data(), false, nullptr, kStream);
       }
       expect_close("norm mean", dmean.download(), mean, 1e-6, 1e-6);
       expect_close("norm rstd", drstd.download(), rstd, 1e-5, 0);
@@ -1131,7 +1132,7 @@ TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
       DBuf<float> dsum(base);
       cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
                                    dmask.data(), c.rows, c.d, G, dsum.data(), ddgamma.data(),
-                                   ddbeta.data(), true, kStream);
+                                   ddbeta.data(), true, nullptr, kStream);
       EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
     }
 }
@@ -1196,7 +1197,8 @@ TEST(CudaNormKernels, FusedPassesAreTheirParts) {
   std::vector<uint8_t> keep(n);
   for (size_t i = 0; i < n; ++i) keep[i] = i % 5 != 0;
   std::vector<double> shift(d), scale(d), nu(d);
-  for (int c = 0; c < d; ++c) shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
+  for (int c = 0; c < d; ++c)
+    shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
   DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
   DBuf<uint8_t> dmask(mask), dkeep(keep);
   DBuf<double> dshift(shift), dscale(scale), dnu(nu);
@@ -1246,13 +1248,13 @@ TEST(CudaNormKernels, FusedPassesAreTheirParts) {
     DBuf<float> dx1(b), dx2(b);
     DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
     cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
-                              dgm.data(), dnu.data(), dx1.data(), add, s1.data(), s1.data() + d,
-                              kStream);
+                              dgm.data(), dnu.data(), dx1.data(), add, nullptr, s1.data(),
+                              s1.data() + d, kStream);
     cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
                      s2.data() + d, kStream);
     cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
                                dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
-                               kStream);
+                               nullptr, kStream);
     expect_equal("sums", s1.download(), s2.download());
     expect_equal("dx", dx1.download(), dx2.download());
   }
@@ -1301,7 +1303,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
                             dy_out.data(), nullptr, nullptr, kStream);
         cuda::column_norm_backward(dx.data(), ddy.data(), dmask.data(), rows, d, nullptr,
                                    dinv.data(), dgm.data(), nullptr, dnu.data(), ddx.data(), false,
-                                   kStream);
+                                   nullptr, kStream);
         cuda::column_dot(ddy.data(), dx.data(), dmask.data(), rows, d, nullptr, dsa.data(),
                          dsab.data(), kStream);
         sab = dsab.download();
@@ -1312,7 +1314,7 @@ TEST(CudaNormKernels, PowerNormIterationRunningState) {
                                 y.data(), nullptr, nullptr);
         k::column_norm_backward<float>(x.data(), dy.data(), mask.data(), rows, d, nullptr,
                                        inv.data(), gamma.data(), nullptr, st.nu.data(), gx.data(),
-                                       false);
+                                       false, nullptr);
         k::column_dot<float>(dy.data(), x.data(), mask.data(), rows, d, nullptr, sa.data(),
                              sab.data());
       }
