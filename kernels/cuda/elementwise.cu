@@ -38,12 +38,18 @@ __host__ __device__ inline uint64_t splitmix64(uint64_t x) {
 
 // ---- whole-buffer reductions: two levels over a partition fixed by n --------------------------
 // Level 1: block b sums elements [b*chunk, (b+1)*chunk) (threads strided, in double), then the
-// block sum in fixed order; level 2: one block adds the block sums in fixed order.
+// block sum in fixed order; level 2: one block adds the block sums in fixed order. unless: null,
+// or a device value: where it is finite the sum is 0 and nothing is read.
 constexpr int kReduceBlocks = 1024;
 
 template <class Load>
-__global__ void range_partials_kernel(size_t n, size_t chunk, Load load, double* part) {
+__global__ void range_partials_kernel(size_t n, size_t chunk, Load load, const double* unless,
+                                      double* part) {
   __shared__ double sh[kThreads / 32];
+  if (unless && isfinite(*unless)) {  // uniform over the grid
+    if (threadIdx.x == 0) part[blockIdx.x] = 0;
+    return;
+  }
   const size_t lo = blockIdx.x * chunk;
   const size_t hi = lo + chunk < n ? lo + chunk : n;
   double acc = 0;
@@ -61,14 +67,14 @@ __global__ void sum_partials_kernel(const double* part, int nblocks, double* out
   if (threadIdx.x == 0) *out = acc;
 }
 template <class Load>
-void range_sum(size_t n, Load load, double* out, cudaStream_t s) {
+void range_sum(size_t n, Load load, double* out, cudaStream_t s, const double* unless = nullptr) {
   const size_t per = size_t(kThreads) * 8;  // at least 8 elements per thread
   size_t nb = (n + per - 1) / per;
   if (nb > kReduceBlocks) nb = kReduceBlocks;
   if (nb == 0) nb = 1;
   const size_t chunk = (n + nb - 1) / nb;
   double* part = scratch_as<double>(kSlotRows, nb, s);
-  PN_LAUNCH(range_partials_kernel, unsigned(nb), kThreads, 0, s)(n, chunk, load, part);
+  PN_LAUNCH(range_partials_kernel, unsigned(nb), kThreads, 0, s)(n, chunk, load, unless, part);
   PN_LAUNCHED();
   PN_LAUNCH(sum_partials_kernel, 1, kThreads, 0, s)(part, int(nb), out);
   PN_LAUNCHED();
@@ -270,6 +276,12 @@ namespace {
 __global__ void iota_kernel(int32_t* v, int n) {
   PN_GRID_STRIDE(i, size_t(n)) v[i] = int32_t(i);
 }
+// The first block of each token's run of sorted rows adds the run's rows in row order (the
+// CPU's order, so the sums are its bits). A frequent token's run is long (the most frequent
+// word of a 16K-token batch: hundreds of rows): its end is found by bisection, and its rows are
+// read kRunStage at a time before they are added, so that their loads are in flight together
+// rather than one memory round trip a row.
+constexpr int kRunStage = 8;
 __global__ void embedding_backward_sorted_kernel(const int32_t* key, const int32_t* row, int rows,
                                                  const float* dy, int d, float scale, float* dE) {
   const int j = blockIdx.x;  // position in sorted order (gridDim.x allows 2^31-1 rows)
@@ -277,10 +289,26 @@ __global__ void embedding_backward_sorted_kernel(const int32_t* key, const int32
   if (c >= d) return;
   const int32_t t = key[j];
   if (j > 0 && key[j - 1] == t) return;  // only the first row of each token's run works
+  int lo = j + 1, hi = rows;  // the run's end: the first k > j with key[k] != t (keys sorted)
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (key[mid] == t)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  const int end = lo;
   float* e = dE + size_t(t) * d + c;
   float acc = *e;
-  for (int k = j; k < rows && key[k] == t; ++k)
-    acc = __fadd_rn(acc, __fmul_rn(scale, dy[size_t(row[k]) * d + c]));
+  int k = j;
+  for (; k + kRunStage <= end; k += kRunStage) {
+    float v[kRunStage];
+#pragma unroll
+    for (int u = 0; u < kRunStage; ++u) v[u] = dy[size_t(row[k + u]) * d + c];
+#pragma unroll
+    for (int u = 0; u < kRunStage; ++u) acc = __fadd_rn(acc, __fmul_rn(scale, v[u]));
+  }
+  for (; k < end; ++k) acc = __fadd_rn(acc, __fmul_rn(scale, dy[size_t(row[k]) * d + c]));
   *e = acc;
 }
 }  // namespace
@@ -395,7 +423,10 @@ void inverse_sqrt_eps(const double* var, int d, double eps, double* inv, cudaStr
 void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s) {
   double* tmp = scratch_as<double>(kSlotSums, 2, s);
   sum_squares(x, n, tmp, s);
-  count_nonfinite(x, n, tmp + 1, s);
+  // A square of a float is finite in double, and so is a sum of them: the sum is finite
+  // exactly when every value is, and then the count is 0 without a second read of x.
+  range_sum(
+      n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, tmp + 1, s, tmp);
   add_inplace(out, tmp, 2, s);
 }
 

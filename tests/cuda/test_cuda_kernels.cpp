@@ -908,11 +908,23 @@ TEST(CudaKernels, AdamAndReductions) {
   EXPECT_NEAR(cuda::sum_squares_host(dg.data(), n, kStream), cs, 1e-11 * cs);
   EXPECT_EQ(cuda::sum_squares_host(dg.data(), 0, kStream), 0.0);
   EXPECT_TRUE(cuda::all_finite_host(dg.data(), n, kStream));
+  // grad_stats_acc adds [sum of squares | non-finite count]; the count (read only where the sum
+  // is not finite) is 0 over finite values and counts the others.
+  DBuf<double> acc(std::vector<double>{1.0, 5.0});
+  cuda::grad_stats_acc(dg.data(), n, acc.data(), kStream);
+  std::vector<double> a = acc.download();
+  EXPECT_NEAR(a[0], 1.0 + cs, 1e-11 * cs);
+  EXPECT_EQ(a[1], 5.0);
   g[n / 2] = INFINITY;
   g[7] = NAN;
   dg.upload(g);
   EXPECT_FALSE(cuda::all_finite_host(dg.data(), n, kStream));
   EXPECT_FALSE(k::all_finite<float>(g.data(), n));
+  acc.upload({0.0, 0.0});
+  cuda::grad_stats_acc(dg.data(), n, acc.data(), kStream);
+  a = acc.download();
+  EXPECT_FALSE(std::isfinite(a[0]));
+  EXPECT_EQ(a[1], 2.0) << "the non-finite values counted";
 }
 
 // ---- the norm family ----------------------------------------------------------------------
