@@ -103,9 +103,9 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
 // ---- two-level column reduction (batch-type statistics and parameter gradients) -------------
 // Level 1: block (chunk of kColRowChunk rows, tile of 32 columns): thread (tx, ty) sums rows
 // ty, ty+8, ... of the chunk for column tile*32+tx in double, then the 8 row lanes are added in
-// lane order into part[(chunk*2 + k)*d + c] for the two sums k = 0, 1.
-// Level 2: each column adds its chunk partials in chunk order.
-// Op(r, c, &v0, &v1) gives the two values of row r, column c; only live rows are summed.
+// lane order into part[(chunk*2 + k)*d + c] for the two sums k = 0, 1 (column_pass_kernel).
+// Level 2: each column adds its chunk partials in chunk order (column_combine). Only live rows
+// are summed.
 constexpr int kColTile = 32, kColLanes = 8, kColRowChunk = 256;
 
 inline int column_chunks(int rows) { return (rows + kColRowChunk - 1) / kColRowChunk; }
@@ -126,29 +126,6 @@ __device__ __forceinline__ void block_partials(double s0, double s1, int ch, int
     for (int l = 0; l < kColLanes; ++l) acc += sh[ty][l][tx];
     part[(size_t(ch) * 2 + ty) * d + c] = acc;
   }
-}
-
-template <class Op>
-__global__ void column_partials_kernel(Op op, const uint8_t* mask, int rows, int d, double* part) {
-  const int tx = threadIdx.x, ty = threadIdx.y;
-  const int c = blockIdx.y * kColTile + tx;  // column tiles in y (few), row chunks in x (up
-  const int ch = blockIdx.x;                 // to 2^31-1, so no limit of 65535 chunks)
-  const int r0 = ch * kColRowChunk;
-  const int r1 = min(rows, r0 + kColRowChunk);
-  double s0 = 0, s1 = 0;
-  // A row's values are read whether it is live or not (every row is in bounds), so that the
-  // loads of the next rows need not wait for this row's mask: only the sums do.
-  if (c < d)
-#pragma unroll 4
-    for (int r = r0 + ty; r < r1; r += kColLanes) {
-      double v0, v1;
-      op(r, c, v0, v1);
-      if (live(mask, r)) {
-        s0 += v0;
-        s1 += v1;
-      }
-    }
-  block_partials(s0, s1, ch, c, d, part);
 }
 
 // dst0[c] (=|+=) sum over chunks of part[.., 0, c], dst1 likewise (either may be null).
@@ -188,21 +165,99 @@ void column_combine(const double* part, int nch, int d, Dst* dst0, Dst* dst1, cu
   PN_LAUNCHED();
 }
 
-// Both levels on stream s. With rows == 0 the double destinations become 0 and the float ones
-// stay as they are.
+// ---- column passes ---------------------------------------------------------------------------
+// A block takes kColRowChunk rows of kColTile columns (block kColTile x kColLanes, grid chunks x
+// column tiles, chunks in x: up to 2^31-1 of them): thread (tx, ty) has column c = tile * 32 + tx
+// and rows r0 + ty, r0 + ty + 8, ..., which it takes kStageRows at a time: first every load of
+// the stage (so that they are in flight together; a row's values are read whether it is live or
+// not, so that no load waits for a mask), then the per-element work in row order. A Pass gives
+//   Column column(c):       the column's coefficients, loaded once;
+//   In load(col, r, i):     the inputs of element i = r * d + c;
+//   void apply(col, i, in, live, v0, v1):  its outputs written, and its two summed values.
+// The sums of the live rows go through block_partials into part (null: nothing summed), and
+// column_combine adds the chunks: a partition and order fixed by the shape. when: null, or a
+// device value: the pass does nothing unless *when > 0.
+constexpr int kStageRows = 8;
+template <class Pass>
+__global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int d,
+                                   const double* when, double* part) {
+  if (when && !(*when > 0)) return;  // uniform over the grid: no barrier is left half-reached
+  const int c = blockIdx.y * kColTile + threadIdx.x, ch = blockIdx.x;
+  const int r0 = ch * kColRowChunk, r1 = min(rows, r0 + kColRowChunk);
+  double s0 = 0, s1 = 0;
+  if (c < d) {
+    const typename Pass::Column col = pass.column(c);
+    for (int rs = r0 + threadIdx.y; rs < r1; rs += kStageRows * kColLanes) {
+      typename Pass::In in[kStageRows] = {};
+      bool lv[kStageRows] = {};
+#pragma unroll
+      for (int k = 0; k < kStageRows; ++k) {
+        const int r = rs + k * kColLanes;
+        if (r >= r1) continue;
+        lv[k] = live(mask, r);
+        in[k] = pass.load(col, r, size_t(r) * d + c);
+      }
+#pragma unroll
+      for (int k = 0; k < kStageRows; ++k) {
+        const int r = rs + k * kColLanes;
+        if (r >= r1) continue;
+        double v0 = 0, v1 = 0;
+        pass.apply(col, size_t(r) * d + c, in[k], lv[k], v0, v1);
+        if (lv[k]) {
+          s0 += v0;
+          s1 += v1;
+        }
+      }
+    }
+  }
+  if (part) block_partials(s0, s1, ch, c, d, part);
+}
+
+// Both levels of a pass on stream s: dst0, dst1 summed (either may be null; with rows == 0 the
+// double destinations become 0 and the float ones stay as they are); without destinations, the
+// map alone.
+template <class Pass, class Dst>
+void column_pass(const Pass& pass, const uint8_t* mask, int rows, int d, const double* when,
+                 Dst* dst0, Dst* dst1, cudaStream_t s) {
+  if (d <= 0) return;
+  const bool sums = dst0 || dst1;
+  const int nch = column_chunks(rows);
+  double* part = sums && nch > 0 ? scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s)
+                                 : nullptr;
+  if (nch > 0) {
+    const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
+    PN_LAUNCH(column_pass_kernel<Pass>, grid, block, 0, s)(pass, mask, rows, d, when, part);
+    PN_LAUNCHED();
+  }
+  if (sums) column_combine(part, nch, d, dst0, dst1, s);
+}
+
+// A column reduction of Op(r, c, &v0, &v1) (the two values of row r, column c; the op may also
+// write that element) as a pass.
+template <class Op>
+struct ReducePass {
+  Op op;
+  struct Column {
+    int c;
+  };
+  struct In {
+    double v0, v1;
+  };
+  __device__ Column column(int c) const { return {c}; }
+  __device__ In load(const Column& k, int r, size_t) const {
+    In in;
+    op(r, k.c, in.v0, in.v1);
+    return in;
+  }
+  __device__ void apply(const Column&, size_t, const In& in, bool, double& v0, double& v1) const {
+    v0 = in.v0;
+    v1 = in.v1;
+  }
+};
 template <class Op, class Dst>
 void column_reduce(const Op& op, const uint8_t* mask, int rows, int d, Dst* dst0, Dst* dst1,
                    cudaStream_t s) {
-  if (d <= 0) return;
-  const int nch = column_chunks(rows);
-  double* part = nullptr;
-  if (nch > 0) {
-    part = scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s);
-    const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
-    PN_LAUNCH(column_partials_kernel, grid, block, 0, s)(op, mask, rows, d, part);
-    PN_LAUNCHED();
-  }
-  column_combine(part, nch, d, dst0, dst1, s);
+  column_pass(ReducePass<Op>{op}, mask, rows, d, nullptr, dst0, dst1, s);
 }
 
 }  // namespace pn::cuda

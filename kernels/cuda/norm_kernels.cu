@@ -26,71 +26,6 @@
 namespace pn::cuda {
 namespace {
 
-// ---- column passes ---------------------------------------------------------------------------
-// A block takes kColRowChunk rows of kColTile columns (block kColTile x kColLanes, grid chunks x
-// column tiles): thread (tx, ty) has column c = tile * 32 + tx and rows r0 + ty, r0 + ty + 8, ...,
-// which it takes kStageRows at a time: first every load of the stage (so that they are in flight
-// together), then the per-element work in row order. A Pass gives
-//   Column column(c):   the column's coefficients, loaded once;
-//   In load(col, i):    the inputs of element i;
-//   void apply(col, i, in, live, v0, v1):  its outputs written, and its two summed values.
-// The sums of the live rows go through block_partials into part (null: nothing summed): the
-// partition and order of column_partials_kernel, so that the sums are column_reduce's, to the
-// bit. when: null, or a device value: the pass does nothing unless *when > 0.
-constexpr int kStageRows = 8;
-template <class Pass>
-__global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int d,
-                                   const double* when, double* part) {
-  if (when && !(*when > 0)) return;  // uniform over the grid: no barrier is left half-reached
-  const int c = blockIdx.y * kColTile + threadIdx.x, ch = blockIdx.x;
-  const int r0 = ch * kColRowChunk, r1 = min(rows, r0 + kColRowChunk);
-  double s0 = 0, s1 = 0;
-  if (c < d) {
-    const typename Pass::Column col = pass.column(c);
-    for (int rs = r0 + threadIdx.y; rs < r1; rs += kStageRows * kColLanes) {
-      typename Pass::In in[kStageRows] = {};
-      bool lv[kStageRows] = {};
-#pragma unroll
-      for (int k = 0; k < kStageRows; ++k) {
-        const int r = rs + k * kColLanes;
-        if (r >= r1) continue;
-        lv[k] = live(mask, r);
-        in[k] = pass.load(col, size_t(r) * d + c);
-      }
-#pragma unroll
-      for (int k = 0; k < kStageRows; ++k) {
-        const int r = rs + k * kColLanes;
-        if (r >= r1) continue;
-        double v0 = 0, v1 = 0;
-        pass.apply(col, size_t(r) * d + c, in[k], lv[k], v0, v1);
-        if (lv[k]) {
-          s0 += v0;
-          s1 += v1;
-        }
-      }
-    }
-  }
-  if (part) block_partials(s0, s1, ch, c, d, part);
-}
-
-// Both levels of a pass on stream s: dst0, dst1 as column_reduce's (with rows == 0 the double
-// destinations become 0); without destinations, the map alone.
-template <class Pass, class Dst>
-void column_pass(const Pass& pass, const uint8_t* mask, int rows, int d, const double* when,
-                 Dst* dst0, Dst* dst1, cudaStream_t s) {
-  if (d <= 0) return;
-  const bool sums = dst0 || dst1;
-  const int nch = column_chunks(rows);
-  double* part = sums && nch > 0 ? scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s)
-                                 : nullptr;
-  if (nch > 0) {
-    const dim3 grid(nch, (d + kColTile - 1) / kColTile), block(kColTile, kColLanes);
-    PN_LAUNCH(column_pass_kernel<Pass>, grid, block, 0, s)(pass, mask, rows, d, when, part);
-    PN_LAUNCHED();
-  }
-  if (sums) column_combine(part, nch, d, dst0, dst1, s);
-}
-
 // A norm's output value i: in fp32 (y), or only as its bf16 rounding where y16 is given.
 __device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float v) {
   if (y16)
@@ -165,7 +100,7 @@ struct StatsAffinePass {
     if (co) k = {k.shift, co[c], co[d + c], co[2 * d + c]};
     return k;
   }
-  __device__ In load(const Column&, size_t i) const {
+  __device__ In load(const Column&, int, size_t i) const {
     return {a[i], b ? b[i] : 0.f, keep ? keep[i] != 0 : true};
   }
   __device__ void apply(const Column& k, size_t i, const In& in, bool, double& v0,
@@ -193,7 +128,7 @@ struct DotPass {
     float a, b;
   };
   __device__ Column column(int c) const { return {shift ? shift[c] : 0.0}; }
-  __device__ In load(const Column&, size_t i) const { return {a[i], b[i]}; }
+  __device__ In load(const Column&, int, size_t i) const { return {a[i], b[i]}; }
   __device__ void apply(const Column& k, size_t, const In& in, bool, double& v0,
                         double& v1) const {
     v0 = double(in.a);
@@ -219,7 +154,9 @@ struct BackwardPass {
     float x, dy, dx;
   };
   __device__ Column column(int c) const { return {co[c], co[d + c], co[2 * d + c], co[3 * d + c]}; }
-  __device__ In load(const Column&, size_t i) const { return {x[i], dy[i], add ? dx[i] : 0.f}; }
+  __device__ In load(const Column&, int, size_t i) const {
+    return {x[i], dy[i], add ? dx[i] : 0.f};
+  }
   __device__ void apply(const Column& k, size_t i, const In& in, bool live, double& v0,
                         double& v1) const {
     if (dot) {
