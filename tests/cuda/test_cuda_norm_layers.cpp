@@ -72,27 +72,24 @@ void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper
     for (size_t i = 0; i < n; ++i) keep[i] = (i * 2654435761u >> 7) % 4 != 0;
     const uint8_t* ck = drop ? keep.data() : nullptr;
 
+    // The iteration on the current device: forward (of the residual sum), then backward.
+    const auto step = [&](Norm<float>& norm, const float* a, const float* b, const uint8_t* keep,
+                          float* sum, const uint8_t* mask, float* y, const float* dy, float* dx) {
+      if (residual)
+        norm.forward_residual(a, b, keep, p, sum, mask, rows, y, true);
+      else
+        norm.forward(a, mask, rows, y, true);
+      norm.backward(residual ? sum : a, dy, mask, rows, dx, residual);
+    };
     std::vector<float> y(n), sum(n), dx = residual ? stream_grad : std::vector<float>(n);
     on_cpu([&] {
-      if (residual)
-        cpu.norm->forward_residual(a.data(), b.data(), ck, p, sum.data(), mask.data(), rows,
-                                   y.data(), true);
-      else
-        cpu.norm->forward(a.data(), mask.data(), rows, y.data(), true);
-      cpu.norm->backward(residual ? sum.data() : a.data(), dy.data(), mask.data(), rows,
-                         dx.data(), residual);
+      step(*cpu.norm, a.data(), b.data(), ck, sum.data(), mask.data(), y.data(), dy.data(),
+           dx.data());
     });
-
     Buf<float> ga = up(a), gb = up(b), gdy = up(dy), gy(n), gsum(n), gdx = up(stream_grad);
     Buf<uint8_t> gmask = up(mask), gkeep = up(keep);
-    const uint8_t* gk = drop ? gkeep.data() : nullptr;
-    if (residual)
-      gpu.norm->forward_residual(ga.data(), gb.data(), gk, p, gsum.data(), gmask.data(), rows,
-                                 gy.data(), true);
-    else
-      gpu.norm->forward(ga.data(), gmask.data(), rows, gy.data(), true);
-    gpu.norm->backward(residual ? gsum.data() : ga.data(), gdy.data(), gmask.data(), rows,
-                       gdx.data(), residual);
+    step(*gpu.norm, ga.data(), gb.data(), drop ? gkeep.data() : nullptr, gsum.data(),
+         gmask.data(), gy.data(), gdy.data(), gdx.data());
 
     expect_close("y", gy.to_host(), y, 1e-5, 1e-6);
     if (residual) expect_equal("the residual sum", gsum.to_host(), sum);
