@@ -179,7 +179,9 @@ void softmax_xent_eval(const float* logits, const int32_t* target, const uint8_t
                        int V, int ld, float label_smoothing, double* sums, cudaStream_t s);
 k::LossSums loss_sums_host(const double* sums, cudaStream_t s);  // synchronises s
 void sum_squares(const float* x, size_t n, double* out, cudaStream_t s);
-void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s);
+// unless: null, or a device value: where it is finite, *out = 0 and x is not read.
+void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s,
+                     const double* unless = nullptr);
 double sum_squares_host(const float* x, size_t n, cudaStream_t s);
 bool all_finite_host(const float* x, size_t n, cudaStream_t s);
 

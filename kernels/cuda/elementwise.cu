@@ -356,9 +356,10 @@ void sum_squares(const float* x, size_t n, double* out, cudaStream_t s) {
   range_sum(
       n, [=] __device__(size_t i) { return double(x[i]) * double(x[i]); }, out, s);
 }
-void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s) {
+void count_nonfinite(const float* x, size_t n, double* out, cudaStream_t s,
+                     const double* unless) {
   range_sum(
-      n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s);
+      n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, out, s, unless);
 }
 double sum_squares_host(const float* x, size_t n, cudaStream_t s) {
   double* d_out = scratch_as<double>(kSlotCoeffs, 1, s);
@@ -425,8 +426,7 @@ void grad_stats_acc(const float* x, size_t n, double* out, cudaStream_t s) {
   sum_squares(x, n, tmp, s);
   // A square of a float is finite in double, and so is a sum of them: the sum is finite
   // exactly when every value is, and then the count is 0 without a second read of x.
-  range_sum(
-      n, [=] __device__(size_t i) { return isfinite(x[i]) ? 0.0 : 1.0; }, tmp + 1, s, tmp);
+  count_nonfinite(x, n, tmp + 1, s, tmp);
   add_inplace(out, tmp, 2, s);
 }
 
