@@ -121,8 +121,8 @@ struct Norm {
   virtual void forward_residual(const T* a, const T* b, const uint8_t* keep, float p, T* sum,
                                 const uint8_t* mask, int rows, T* y, bool training,
                                 uint16_t* y16 = nullptr) {
-    k::dropout_add<T>(a, b, keep, p, size_t(rows) * size_t(width()), sum);
-    forward(sum, mask, rows, y, training, y16);
+    const NormInput<T> in{a, b, keep, p, sum};
+    forward(in.made(size_t(rows) * size_t(width())), mask, rows, y, training, y16);
   }
   // The features a row has (d).
   virtual int width() const = 0;
