@@ -239,6 +239,8 @@ if [ -d "$B/ptb" ]; then
   done
   grep -h '^pntrain: \(a training micro-step\|CUDA graphs\)' "$OUT"/throughput_*.log 2>/dev/null |
     sort | uniq -c >> "$OUT/report.txt"
+  # The summary only where a throughput step ran.
+  ls "$OUT"/throughput_*.jsonl > /dev/null 2>&1 &&
   python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
 import json, statistics, sys
 out = sys.argv[1]
@@ -309,11 +311,13 @@ if [[ "$ONLY" == *",reproduce,"* ]]; then
     [ $rc -eq 124 ] && { echo "the budget is spent: finished cells kept, the rest next call"; exit 0; }
     exit $rc' _ $((left - 15)) python3 "$ROOT/launcher/analysis/reproduce.py" --pntrain "$B/pntrain" \
     --device cuda --out "$OUT/$cells" $REPRODUCE
-  # What comes back: the finished cells without their checkpoints; a cell cut short goes whole
-  # (it starts afresh next call rather than append to its metrics without its checkpoint).
+  # What comes back: the finished cells (trained and evaluated) without their checkpoints; a
+  # cell cut short, in training or in its evaluation, goes whole (it starts afresh next call
+  # rather than append to its metrics, or look for a best checkpoint, that it no longer has).
   for d in "$OUT/$cells"/*/*/; do
     [ -f "$d/cmd.txt" ] || continue
-    if [ -f "$d/trained.json" ]; then rm -rf "$d/checkpoints"; else rm -rf "$d"; fi
+    if [ -f "$d/trained.json" ] && [ -f "$d/eval.json" ]; then rm -rf "$d/checkpoints"
+    else rm -rf "$d"; fi
   done
   [ -f "$OUT/$cells/REPORT.md" ] && grep -E '^\| ' "$OUT/$cells/REPORT.md" | head -n 40 >> "$OUT/report.txt"
 fi
