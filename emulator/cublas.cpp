@@ -151,8 +151,6 @@ struct cublasLtMatmulDescOpaque {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   float* bias = nullptr;  // read by BIAS, written by BGRADB
   int32_t bias_type = -1;  // -1: D's
-  uint8_t* aux = nullptr;  // the ReLU's bit mask: written by RELU_AUX(_BIAS), read by DRELU
-  int64_t aux_ld = 0;      // in bits
 };
 struct cublasLtMatrixLayoutOpaque {
   cudaDataType_t type = CUDA_R_32F;
@@ -197,14 +195,6 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
       if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
       d->bias = *static_cast<float* const*>(buf);
-      return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-      if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
-      d->aux = *static_cast<uint8_t* const*>(buf);
-      return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-      if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
-      d->aux_ld = *static_cast<const int64_t*>(buf);
       return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
       if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -257,14 +247,10 @@ cublasStatus_t lt_check(const cublasLtMatmulDescOpaque& d, const cublasLtMatrixL
     return CUBLAS_STATUS_INVALID_VALUE;
   if (d.epilogue != CUBLASLT_EPILOGUE_DEFAULT && d.epilogue != CUBLASLT_EPILOGUE_RELU &&
       d.epilogue != CUBLASLT_EPILOGUE_BIAS && d.epilogue != CUBLASLT_EPILOGUE_RELU_BIAS &&
-      d.epilogue != CUBLASLT_EPILOGUE_BGRADB && d.epilogue != CUBLASLT_EPILOGUE_RELU_AUX &&
-      d.epilogue != CUBLASLT_EPILOGUE_RELU_AUX_BIAS && d.epilogue != CUBLASLT_EPILOGUE_DRELU)
+      d.epilogue != CUBLASLT_EPILOGUE_BGRADB)
     return CUBLAS_STATUS_NOT_SUPPORTED;
-  if ((d.epilogue & 128) && (d.aux_ld % 128 != 0 || d.aux_ld < int64_t(m)))
-    return CUBLAS_STATUS_INVALID_VALUE;  // the mask's leading dimension, as cublasLt.h asks
-  const bool bias = d.epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                    d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
-                    d.epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
+  const bool bias =
+      d.epilogue == CUBLASLT_EPILOGUE_BIAS || d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   if (dl.type == CUDA_R_16BF &&
       (a.type != CUDA_R_16BF || d.epilogue == CUBLASLT_EPILOGUE_BGRADB ||
        (bias && d.bias_type != -1 && d.bias_type != CUDA_R_16BF)))
@@ -295,19 +281,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t stream) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (cublasStatus_t st = lt_check(*d, *a, *b, *c, *dl)) return st;
-  const bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                    d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
-                    d->epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-  const bool relu = d->epilogue == CUBLASLT_EPILOGUE_RELU ||
-                    d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
-                    d->epilogue == CUBLASLT_EPILOGUE_RELU_AUX ||
-                    d->epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-  const bool mask_out = d->epilogue == CUBLASLT_EPILOGUE_RELU_AUX ||
-                        d->epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-  const bool drelu = d->epilogue == CUBLASLT_EPILOGUE_DRELU;
+  const bool bias =
+      d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
+  const bool relu =
+      d->epilogue == CUBLASLT_EPILOGUE_RELU || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   const bool bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
   if ((bias || bgrad) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
-  if ((mask_out || drelu) && !d->aux) return CUBLAS_STATUS_INVALID_VALUE;
   if (C != D && *static_cast<const float*>(beta) != 0.f) return CUBLAS_STATUS_NOT_SUPPORTED;
   if (dl->type == CUDA_R_16BF && *static_cast<const float*>(beta) != 0.f)
     return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -334,18 +313,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
       }
       return;
     }
-    // The epilogue on the fp32 result: + bias[row] (a bf16 D's in bf16), then max(., 0) (its
-    // mask bit written), or the mask applied (DRELU); a bf16 D gets the rounding.
+    // The epilogue on the fp32 result: + bias[row] (a bf16 D's in bf16), then max(., 0); a bf16
+    // D gets the rounding.
     const auto* bias16 = reinterpret_cast<const __nv_bfloat16*>(desc.bias);
     for (int col = 0; col < n; ++col)
       for (int row = 0; row < m; ++row) {
         float& v = out[size_t(col) * ldo + row];
-        const size_t bit = size_t(col) * size_t(desc.aux_ld) + size_t(row);
-        const uint8_t flag = uint8_t(1u << (bit % 8));
         if (bias) v += d16 ? __bfloat162float(bias16[row]) : desc.bias[row];
-        if (mask_out) desc.aux[bit / 8] = v > 0.f ? desc.aux[bit / 8] | flag
-                                                  : desc.aux[bit / 8] & uint8_t(~flag);
-        if (drelu && !(desc.aux[bit / 8] & flag)) v = 0.f;
         if (relu) v = std::max(v, 0.f);
         if (d16)
           static_cast<__nv_bfloat16*>(D)[size_t(col) * ld.ld + row] = __float2bfloat16_rn(v);

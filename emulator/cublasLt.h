@@ -3,10 +3,6 @@
 // bias gradient of B (BGRADB: bias[j] = sum_k op(B)[k, j], written), column-major as cuBLASLt
 // reads it, with the operand rounding of the compute type; run in stream order. D is fp32, or
 // bf16 (the fp32 result's rounding, beta 0) with a bias of D's type, as cuBLASLt documents it.
-// RELU_AUX(_BIAS) also writes the ReLU's bit mask to the aux pointer (bit col * aux_ld + row set
-// where the value before the ReLU is above 0; aux_ld a multiple of 128, at least D's rows), and
-// DRELU zeroes D where that mask is clear: the layout is this emulation's own, which only its
-// DRELU reads, as only cuBLASLt reads cuBLASLt's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,8 +23,6 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
-  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
-  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,
 };
 enum cublasLtEpilogue_t {
@@ -36,9 +30,6 @@ enum cublasLtEpilogue_t {
   CUBLASLT_EPILOGUE_RELU = 2,
   CUBLASLT_EPILOGUE_BIAS = 4,
   CUBLASLT_EPILOGUE_RELU_BIAS = 6,
-  CUBLASLT_EPILOGUE_RELU_AUX = 130,
-  CUBLASLT_EPILOGUE_RELU_AUX_BIAS = 134,
-  CUBLASLT_EPILOGUE_DRELU = 136,
   CUBLASLT_EPILOGUE_BGRADB = 512,
 };
 enum cublasLtMatmulPreferenceAttributes_t {

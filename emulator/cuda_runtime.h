@@ -14,6 +14,7 @@
 
 // ---- kernel-side language -------------------------------------------------------------------
 #define __global__
+#define __launch_bounds__(...)
 #define __device__
 #define __host__
 #define __forceinline__ inline

@@ -143,8 +143,8 @@ void say_once(std::once_flag& flag, const char* what, const Line& line) {
     std::fprintf(stderr, "pntrain: %s: %s\n", what, std::string(line()).c_str());
   });
 }
-std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_relu_mask_said,
-    lt_drelu_said, lt_dx16_said;
+std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_drelu_said,
+    lt_dx16_said;
 }  // namespace
 #endif
 
@@ -168,14 +168,6 @@ bool gemm_outputs_in_bf16() {
 template bool gemm_outputs_in_bf16<float>();
 template bool gemm_outputs_in_bf16<double>();
 
-template <class T>
-size_t relu_mask_bytes(int rows, int out) {
-  if (gemm_outputs_in_bf16<T>()) return size_t(rows) * ((size_t(out) + 127) / 128 * 16);
-  return 0;
-}
-template size_t relu_mask_bytes<float>(int, int);
-template size_t relu_mask_bytes<double>(int, int);
-
 // A GEMM whose input may be kept in bf16 (A16 or B16 not null, which only gemm_inputs_in_bf16
 // allows): cuBLAS on the kept bits; else gemm.
 template <class T>
@@ -193,8 +185,8 @@ void gemm_kept(bool ta, bool tb, int M, int N, int K, const T* A, const uint16_t
 }
 
 template <class T>
-bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
-                    const T* bias, bool relu, T* y, uint16_t* y16, uint8_t* relu_mask) {
+void linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, const T* W,
+                    const T* bias, bool relu, T* y, uint16_t* y16) {
   if (y16 && !gemm_inputs_in_bf16<T>())
     throw std::logic_error("linear_forward: a bf16 output where GEMMs read no bf16");
   if (!y && !y16) throw std::logic_error("linear_forward: no output");
@@ -204,17 +196,6 @@ bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
   if constexpr (std::is_same_v<T, float>)
     if (current_device() == Device::CUDA && (bias || relu || y16)) {
       cuda::Blas& b = blas(stream());
-      if (relu_mask && relu && y16 && current_context().gemm_bf16_outputs) {
-        // The ReLU's mask too, for the backward's DRELU epilogue (linear_backward_into_relu).
-        const bool masked = cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias,
-                                                          relu, nullptr, y16, relu_mask);
-        say_once(lt_relu_mask_said, "a ReLU's mask", [&] {
-          return masked ? "in cuBLASLt's epilogue (RELU_AUX_BIAS) of the Linear before it"
-                        : "none (cuBLASLt has no RELU_AUX_BIAS for the shape): the backward "
-                          "masks in a pass of its own";
-        });
-        if (masked) return true;
-      }
       const bool ran16 = y16 && current_context().gemm_bf16_outputs &&
                          cuda::linear_forward_epilogue(b, x, x16, rows, in, out, W, bias, relu,
                                                        nullptr, y16);
@@ -228,14 +209,13 @@ bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
                  return ran ? "a rounding pass after cuBLASLt's epilogue (bias, ReLU)"
                             : "passes after the GEMM (no cuBLASLt epilogue for the shape)";
                });
-      if (ran16) return false;
+      if (ran16) return;
       if (ran) {
         if (y16) round_bf16(y, size_t(rows) * out, y16);
-        return false;
+        return;
       }
     }
 #endif
-  (void)relu_mask;
   gemm_kept<T>(false, true, rows, out, in, x, x16, in, W, nullptr, in, T(0), y, out);
   if (relu && bias)
     bias_relu_forward<T>(y, bias, rows, out);
@@ -245,40 +225,39 @@ bool linear_forward(const T* x, const uint16_t* x16, int rows, int in, int out, 
     add_bias<T>(y, bias, rows, out);
   if constexpr (std::is_same_v<T, float>)
     if (y16) round_bf16(y, size_t(rows) * out, y16);
-  return false;
 }
 
 namespace {
 // A Linear's input gradient as its bf16 rounding alone, dx16 = bf16(dy W) (dy16: dy's kept
-// rounding where not null), through a ReLU's mask where one is given (dx16 then holds that ReLU's
-// output on entry): on a GPU the GEMM writes it in bf16 (cuBLASLt, the DRELU epilogue with a
-// mask) where it runs the shape, else the GEMM writes fp32 scratch and one pass rounds it (and
-// masks it by dx16's sign). Only where gemm_inputs_in_bf16<float>().
+// rounding where not null), through a ReLU where relu (dx16 then holds that ReLU's output on
+// entry, whose sign is the mask): on a GPU the GEMM writes it in bf16 (cuBLASLt) where it runs
+// the shape, into scratch that one pass masks over dx16 where relu; else the GEMM writes fp32
+// scratch and one pass rounds it (and masks it). Only where gemm_inputs_in_bf16<float>().
 void input_grad_bf16(const float* dy, const uint16_t* dy16, int rows, int in, int out,
-                     const float* W, const uint8_t* relu_mask, uint16_t* dx16) {
+                     const float* W, bool relu, uint16_t* dx16) {
 #ifdef PN_HAVE_CUDA
-  const bool ran = current_context().gemm_bf16_outputs &&
-                   cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W,
-                                                relu_mask, dx16);
-  if (relu_mask)
-    say_once(lt_drelu_said, "a ReLU's backward", [&] {
-      return ran ? "in cuBLASLt's epilogue (DRELU) of the input gradient's GEMM"
-                 : "a pass after the GEMM (cuBLASLt has no DRELU for the shape)";
-    });
-  else
-    say_once(lt_dx16_said, "a Linear's bf16 input gradient", [&] {
-      return ran ? "written by its GEMM (cuBLASLt)" : "a rounding pass after the GEMM";
-    });
-  if (ran) return;
   const size_t n = size_t(rows) * in;
+  uint16_t* g16 = relu ? cuda::relu_grad_scratch16(n, stream()) : dx16;
+  const bool ran = current_context().gemm_bf16_outputs &&
+                   cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W, g16);
+  say_once(relu ? lt_drelu_said : lt_dx16_said,
+           relu ? "a ReLU's backward" : "a Linear's bf16 input gradient", [&] {
+             if (!ran) return "a rounding pass after the GEMM";
+             return relu ? "one bf16 pass after the GEMM, which writes bf16 (cuBLASLt)"
+                         : "written by its GEMM (cuBLASLt)";
+           });
+  if (ran) {
+    if (relu) relu_backward_bf16(dx16, g16, n);
+    return;
+  }
   float* dx = cuda::linear_output_scratch(n, stream());
   gemm_kept<float>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, 0.f, dx, in);
-  if (relu_mask)
+  if (relu)
     relu_backward_round_bf16(dx16, dx, n);
   else
     round_bf16(dx, n, dx16);
 #else
-  (void)dy, (void)dy16, (void)rows, (void)in, (void)out, (void)W, (void)relu_mask, (void)dx16;
+  (void)dy, (void)dy16, (void)rows, (void)in, (void)out, (void)W, (void)relu, (void)dx16;
   throw std::logic_error("a bf16 input gradient where GEMMs read no bf16");
 #endif
 }
@@ -293,7 +272,7 @@ void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_
   const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
   if (dx16) {
     if constexpr (std::is_same_v<T, float>)
-      input_grad_bf16(dy, dy16, rows, in, out, W, nullptr, dx16);
+      input_grad_bf16(dy, dy16, rows, in, out, W, false, dx16);
   } else if (dx) {
     gemm_kept<T>(false, false, rows, in, out, dy, dy16, out, W, nullptr, in, T(0), dx, in);
   }
@@ -318,14 +297,9 @@ void linear_backward(const T* x, const uint16_t* x16, const T* dy, const uint16_
 }
 
 template <class T>
-void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t* y16, T* dy,
-                          int rows, int in, int out, const T* W, T* dx, T* dW, T* db) {
+void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, T* dy, int rows, int in,
+                          int out, const T* W, T* dx, T* dW, T* db) {
   const size_t n = size_t(rows) * out;
-  if constexpr (std::is_same_v<T, float>)
-    if (y16) {
-      relu_backward_round_bf16(y16, dy, n);
-      return linear_backward<T>(x, x16, nullptr, y16, rows, in, out, W, dx, nullptr, dW, db);
-    }
   if (current_device() == Device::CUDA) {
     relu_backward<T>(y, dy, n, dy);
     return linear_backward<T>(x, x16, dy, nullptr, rows, in, out, W, dx, nullptr, dW, db);
@@ -339,22 +313,19 @@ void linear_relu_backward(const T* x, const uint16_t* x16, const T* y, uint16_t*
 
 template <class T>
 void linear_backward_into_relu(const uint16_t* x16, const T* dy, const uint16_t* dy16, int rows,
-                               int in, int out, const T* W, T* dW, T* db,
-                               const uint8_t* relu_mask, uint16_t* dx16) {
-#ifdef PN_HAVE_CUDA
+                               int in, int out, const T* W, T* dW, T* db, uint16_t* dx16) {
   if constexpr (std::is_same_v<T, float>)
-    if (current_device() == Device::CUDA && relu_mask && dx16) {
+    if (gemm_inputs_in_bf16<T>() && x16 && dx16) {
       // dy rounded once for the three reads, unless it came rounded
       const Bf16Copy rounded(dy16 ? nullptr : dy, size_t(rows) * out);
       // dW and db first: they read x16, which dx16 may overwrite.
       linear_backward<T>(nullptr, x16, dy, dy16, rows, in, out, W, nullptr, nullptr, dW, db);
-      return input_grad_bf16(dy, dy16, rows, in, out, W, relu_mask, dx16);
+      return input_grad_bf16(dy, dy16, rows, in, out, W, true, dx16);
     }
-#endif
   (void)x16, (void)dy, (void)dy16, (void)rows, (void)in, (void)out, (void)W, (void)dW, (void)db;
-  (void)relu_mask, (void)dx16;
-  throw std::logic_error("linear_backward_into_relu: no ReLU mask on this context "
-                         "(linear_forward writes one only on a GPU at bf16)");
+  (void)dx16;
+  throw std::logic_error("linear_backward_into_relu: a ReLU output kept in bf16 where GEMMs "
+                         "read no bf16 (only where gemm_inputs_in_bf16())");
 }
 
 Bf16Copy::Bf16Copy(const float* x, size_t n) {

@@ -64,12 +64,6 @@ uint16_t* attention_dctx_bf16(T* scratch, int nseq, int seq_len, int d, int head
 // otherwise make at each call, so results are equal to the bit, in half the memory and passes.
 template <class T>
 bool gemm_inputs_in_bf16();
-// The bytes of linear_forward's relu_mask for a ReLU'd output [rows, out] on the current
-// context: one bit a value, each row's bits padded to a multiple of 128 (cuBLASLt's layout) where
-// a GPU's GEMMs read bf16 and write bf16 outputs (Context::gemm_bf16_outputs); 0 elsewhere (no
-// mask is kept there).
-template <class T>
-size_t relu_mask_bytes(int rows, int out);
 // Where a GPU's GEMMs read bf16 inputs and write bf16 outputs (gemm_inputs_in_bf16 and
 // Context::gemm_bf16_outputs), for float: there the output layer writes its logits in bf16
 // (half the bytes for the GEMM to write and the loss to read), as autocast's bf16 Linear does.

@@ -96,7 +96,7 @@ void Embedding<T>::output_loss(const T* h, const int32_t* target, const uint8_t*
     const T* hr = h + size_t(r0) * dim;
     if (z16)
       k::linear_forward<T>(hr, nullptr, r, dim, padded_vocab, store->p(table), nullptr, false,
-                           nullptr, bits, nullptr);
+                           nullptr, bits);
     else
       output_forward(hr, r, logits.data(), ld);
     if (!dh) {

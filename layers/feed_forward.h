@@ -15,10 +15,6 @@ struct FeedForward {
   Linear<T> fc1, fc2;
   Workspace<T>* ws = nullptr;  // the backward's gradient of the hidden layer
   GemmInput<T> hidden;         // relu output, saved for the backward (fc2's input, fc1's mask)
-  // Where kept (a GPU at bf16, k::relu_mask_bytes): the ReLU's mask as cuBLASLt's epilogue wrote
-  // it, so that fc2's input-gradient GEMM applies the ReLU's backward in its own epilogue.
-  Buf<uint8_t> relu_mask;
-  bool mask_kept = false;
   int rows = 0;
 
   FeedForward() = default;

@@ -98,6 +98,10 @@ void relu_backward_round_bf16(uint16_t* y16, const float* dy, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y16[i] = bf16_bits(relu_positive(y16[i]) ? dy[i] : 0.f);
 }
+void relu_backward_bf16(uint16_t* y16, const uint16_t* g16, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; ++i) y16[i] = relu_positive(y16[i]) ? g16[i] : uint16_t(0);
+}
 void round_bf16(const float* x, size_t n, uint16_t* y) {
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (size_t i = 0; i < n; ++i) y[i] = bf16_bits(x[i]);

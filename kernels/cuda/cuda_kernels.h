@@ -90,21 +90,21 @@ struct Blas {
 // the call (k::linear_forward then runs gemm and one pass; at most the bf16 roundings of the
 // operands were queued, which gemm makes again). Both read x16, x's kept bf16 rounding, instead
 // of x where it is not null (as gemm_bf16_inputs). y16: where not null, the epilogue writes y's
-// bf16 rounding there instead of y (y unused), under bf16 math only. relu_mask: where not null
-// (with relu and y16), the epilogue is RELU_AUX(_BIAS) and writes the ReLU's mask there too
-// (k::relu_mask_bytes), or the call returns false.
+// bf16 rounding there instead of y (y unused), under bf16 math only.
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
                              int out, const float* W, const float* bias, bool relu, float* y,
-                             uint16_t* y16, uint8_t* relu_mask = nullptr);
+                             uint16_t* y16);
 // A Linear's input gradient in bf16, dx16 [rows, in] = bf16(dy W), one cuBLASLt matmul with a
-// bf16 D (bf16 math; dy16: dy's kept rounding where not null). relu_mask: where not null, through
-// the ReLU whose mask a forward's RELU_AUX wrote (k::linear_backward_into_relu): the DRELU
-// epilogue zeroes dy W where the mask is clear. False where cuBLASLt has no algorithm for the
-// shape or refuses the call (dx16 untouched then).
+// bf16 D (bf16 math; dy16: dy's kept rounding where not null). False where cuBLASLt has no
+// algorithm for the shape or refuses the call (dx16 untouched then).
 bool linear_input_grad_bf16(Blas& b, const float* dy, const uint16_t* dy16, int rows, int in,
-                            int out, const float* W, const uint8_t* relu_mask, uint16_t* dx16);
-// Scratch for the fp32 y of a k::linear_forward given only y16, where no epilogue writes y16.
+                            int out, const float* W, uint16_t* dx16);
+// Scratch for the fp32 y of a k::linear_forward given only y16, where no epilogue writes y16, and
+// for the fp32 input gradient where no cuBLASLt matmul writes it in bf16.
 float* linear_output_scratch(size_t n, cudaStream_t s);
+// Scratch for the bf16 input gradient of a Linear after a ReLU before the ReLU's mask is applied
+// (k::linear_backward_into_relu); the same memory as linear_output_scratch.
+uint16_t* relu_grad_scratch16(size_t n, cudaStream_t s);
 // k::linear_backward's weight gradient dW += dy^T x and bias gradient db += sum_r dy[r, :] in
 // one cuBLASLt matmul whose epilogue sums dy's columns (CUBLASLT_EPILOGUE_BGRADB, into scratch,
 // then added to db); false where cuBLASLt has no algorithm for the shape or refuses the call.

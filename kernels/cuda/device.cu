@@ -256,13 +256,8 @@ LtPlan& lt_plan(Blas& b, const LtKey& key) {
   const int32_t ta = tra ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trb ? CUBLAS_OP_T : CUBLAS_OP_N;
   const uint32_t ep = uint32_t(epilogue);
   const int32_t bias_type = out == LtOut::bf16_bias16 ? CUDA_R_16BF : CUDA_R_32F;
-  const bool has_bias = epilogue == CUBLASLT_EPILOGUE_BIAS ||
-                        epilogue == CUBLASLT_EPILOGUE_RELU_BIAS ||
-                        epilogue == CUBLASLT_EPILOGUE_RELU_AUX_BIAS;
-  // The ReLU's bit mask (RELU_AUX written, DRELU read): D's shape, its leading dimension in bits
-  // a multiple of 128 (k::relu_mask_bytes).
-  const bool has_aux = (epilogue & 128) != 0;
-  const int64_t aux_ld = (int64_t(m) + 127) / 128 * 128;
+  const bool has_bias =
+      epilogue == CUBLASLT_EPILOGUE_BIAS || epilogue == CUBLASLT_EPILOGUE_RELU_BIAS;
   cublasLtMatmulPreference_t pref = nullptr;
   const uint64_t ws = kLtWorkspace;
   cublasLtMatmulHeuristicResult_t result{};
@@ -278,9 +273,6 @@ LtPlan& lt_plan(Blas& b, const LtKey& key) {
       (!d_bf16 || !has_bias ||
        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                       sizeof bias_type) == CUBLAS_STATUS_SUCCESS) &&
-      (!has_aux ||
-       cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-                                      sizeof aux_ld) == CUBLAS_STATUS_SUCCESS) &&
       cublasLtMatrixLayoutCreate(&p.a, in_type, tra ? k : m, tra ? m : k, lda) ==
           CUBLAS_STATUS_SUCCESS &&
       cublasLtMatrixLayoutCreate(&p.b, in_type, trb ? n : k, trb ? k : n, ldb) ==
@@ -318,17 +310,14 @@ uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
 }
 
 // D = op(A) op(B) + beta D on the plan of `key`, its epilogue reading or writing `vec` (the bias,
-// or the bias gradient) and `aux` (the ReLU's mask); false where cuBLASLt has no algorithm for
-// the shape or refuses the call (then never again for this shape).
+// or the bias gradient); false where cuBLASLt has no algorithm for the shape or refuses the call
+// (then never again for this shape).
 bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float beta, void* D,
-               const void* vec, const void* aux = nullptr) {
+               const void* vec) {
   LtPlan& p = lt_plan(b, key);
   if (!p.ok) return false;
   if (vec && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec,
                                             sizeof vec) != CUBLAS_STATUS_SUCCESS)
-    return false;
-  if (aux && cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                            &aux, sizeof aux) != CUBLAS_STATUS_SUCCESS)
     return false;
   void* workspace = p.workspace ? cuda_scratch(kSlotLt, p.workspace, b.stream) : nullptr;
   const float one = 1.f;
@@ -345,14 +334,12 @@ bool lt_matmul(Blas& b, const LtKey& key, const void* A, const void* B, float be
 
 bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int rows, int in,
                              int out, const float* W, const float* bias, bool relu, float* y,
-                             uint16_t* y16, uint8_t* relu_mask) {
-  if (relu_mask && (!relu || !y16)) return false;
+                             uint16_t* y16) {
   if (rows == 0 || out == 0) return true;
   if (in == 0) return false;  // no products: gemm writes the zeros
   const cublasLtEpilogue_t epilogue =
-      relu_mask ? (bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
-      : bias    ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
-                : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
+      bias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
+           : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
   const bool bf16 = b.math == GemmMath::bf16;
   if (y16 && !bf16) return false;
   void* d = y16 ? static_cast<void*>(y16) : static_cast<void*>(y);
@@ -366,30 +353,30 @@ bool linear_forward_epilogue(Blas& b, const float* x, const uint16_t* x16, int r
   // y^T [out, rows] = W^T^T x^T: W stored [in, out] (ld in) and transposed, x stored [in, rows]
   // (ld in), the bias one value per row of y^T.
   const LtKey key{true, false, out, rows, in, in, in, out, int(epilogue), bf16,
-                  common_alignment({w_op, x_op, d, relu_mask}), d_type};
-  if (lt_matmul(b, key, w_op, x_op, 0.f, d, bias, relu_mask)) return true;
+                  common_alignment({w_op, x_op, d}), d_type};
+  if (lt_matmul(b, key, w_op, x_op, 0.f, d, bias)) return true;
   if (!y16 || !bias) return false;
   // A bf16 D whose bias cuBLASLt takes only in bf16: the bias's rounding (the weights' copy).
   LtKey key16 = key;
   std::get<11>(key16) = LtOut::bf16_bias16;
-  return lt_matmul(b, key16, w_op, x_op, 0.f, d, bf16_operand(b, bias, size_t(out), kSlotBias16),
-                   relu_mask);
+  return lt_matmul(b, key16, w_op, x_op, 0.f, d, bf16_operand(b, bias, size_t(out), kSlotBias16));
 }
 
 bool linear_input_grad_bf16(Blas& b, const float* dy, const uint16_t* dy16, int rows, int in,
-                            int out, const float* W, const uint8_t* relu_mask, uint16_t* dx16) {
+                            int out, const float* W, uint16_t* dx16) {
   if (rows == 0 || in == 0) return true;
   if (out == 0 || b.math != GemmMath::bf16) return false;
   const void* w_op = bf16_operand(b, W, size_t(out) * in, kSlotBf16A);
   const void* dy_op =
       dy16 ? kept_bf16(b, dy16) : bf16_operand(b, dy, size_t(rows) * out, kSlotBf16B);
-  // dx^T [in, rows] = W^T dy^T: W stored [in, out] (ld in), dy stored [out, rows] (ld out); the
-  // mask has dx^T's shape, as the forward's RELU_AUX wrote it for y^T [in, rows].
-  const cublasLtEpilogue_t epilogue =
-      relu_mask ? CUBLASLT_EPILOGUE_DRELU : CUBLASLT_EPILOGUE_DEFAULT;
-  const LtKey key{false, false, in, rows, out, in, out, in, int(epilogue), true,
-                  common_alignment({w_op, dy_op, dx16, relu_mask}), LtOut::bf16};
-  return lt_matmul(b, key, w_op, dy_op, 0.f, dx16, nullptr, relu_mask);
+  // dx^T [in, rows] = W^T dy^T: W stored [in, out] (ld in), dy stored [out, rows] (ld out).
+  const LtKey key{false, false, in, rows, out, in, out, in, int(CUBLASLT_EPILOGUE_DEFAULT), true,
+                  common_alignment({w_op, dy_op, dx16}), LtOut::bf16};
+  return lt_matmul(b, key, w_op, dy_op, 0.f, dx16, nullptr);
+}
+
+uint16_t* relu_grad_scratch16(size_t n, cudaStream_t s) {
+  return scratch_as<uint16_t>(kSlotLinearOut, n, s);
 }
 
 float* linear_output_scratch(size_t n, cudaStream_t s) {

@@ -99,6 +99,88 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   }
 }
 
+// The same for bf16 logits whose gradient overwrites them (kIn16), the row held in registers:
+// each thread loads its 16-byte pieces of the row (8 values each; pieces threadIdx.x + u
+// blockDim) once, takes the row's max, then sum exp(z - max) and sum z in double from its
+// registers, and writes the gradient from them: one read and one write of the row where the
+// kernel above reads it twice. For rows of at most kPieces * kBlock * 8 values, ld a multiple of
+// 8 and the rows 16-byte aligned; blocks of kBlock threads.
+template <int kPieces, int kBlock>
+__global__ void __launch_bounds__(kBlock)
+    xent_row_bf16_regs_kernel(__nv_bfloat16* logits, const int32_t* target, const uint8_t* mask,
+                              int V, int ld, float eps, float grad_scale, double* row_out) {
+  __shared__ double shd[kBlock / 32];
+  __shared__ float shf[kBlock / 32];
+  union Piece {
+    uint4 u;
+    __nv_bfloat16 h[8];
+  };
+  const int i = blockIdx.x, pieces = ld / 8;
+  uint4* row = reinterpret_cast<uint4*>(logits + size_t(i) * ld);
+  double* out = row_out + size_t(i) * 3;
+  if (mask && !mask[i]) {
+    for (int q = threadIdx.x; q < pieces; q += blockDim.x) row[q] = uint4{};
+    if (threadIdx.x == 0) out[0] = out[1] = out[2] = 0;
+    return;
+  }
+  Piece z[kPieces];
+#pragma unroll
+  for (int u = 0; u < kPieces; ++u) {
+    const int q = threadIdx.x + u * blockDim.x;
+    z[u].u = q < pieces ? row[q] : uint4{};
+  }
+  // value e of piece u: column 8 (threadIdx.x + u blockDim) + e, live below V
+  const auto live = [&](int u, int e) { return 8 * (threadIdx.x + u * blockDim.x) + e < V; };
+  float m = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kPieces; ++u)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (live(u, e)) m = fmaxf(m, __bfloat162float(z[u].h[e]));
+  const float mx = block_max(m, shf);
+  double se = 0, sz = 0;
+#pragma unroll
+  for (int u = 0; u < kPieces; ++u)
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      if (live(u, e)) {
+        const float v = __bfloat162float(z[u].h[e]);
+        se += double(expf(v - mx));
+        sz += double(v);
+      }
+  se = block_sum(se, shd);
+  sz = block_sum(sz, shd);
+  const int t = target[i];
+  const double lse = double(mx) + log(se);
+  const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
+  const double nll = lse - double(__bfloat162float(logits[size_t(i) * ld + t]));
+  if (threadIdx.x == 0) {
+    out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
+    out[1] = nll;
+    out[2] = 1;
+  }
+  __syncthreads();  // every thread has read z[t]
+  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum;
+  // the padding [V, ld) gets no gradient
+  const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
+#pragma unroll
+  for (int u = 0; u < kPieces; ++u) {
+    const int q = threadIdx.x + u * blockDim.x;
+    if (q >= pieces) continue;
+    Piece g;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float v = 0.f;
+      if (live(u, e)) {
+        v = grad_scale * (expf(__bfloat162float(z[u].h[e]) - mx) * inv_sum - eps_f);
+        if (8 * q + e == t) v -= grad_scale * (1.f - eps - eps_f);
+      }
+      g.h[e] = __float2bfloat16_rn(v);
+    }
+    row[q] = g.u;
+  }
+}
+
 // sums[k] = sum over rows of row_out[i*3 + k], fixed order.
 __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
   __shared__ double sh[kThreads / 32];
@@ -110,11 +192,29 @@ __global__ void xent_sum_kernel(const double* row_out, int rows, double* sums) {
   }
 }
 
+// xent_row_bf16_regs_kernel's shapes: 8 pieces a thread in blocks of 256 (rows of up to 16,384
+// values), else 9 in blocks of 512 (up to 36,864 values; GPT-2's 50,257 take the kernel above).
+// Both hold a thread's pieces in 128 registers without spilling (ptxas, sm_90), where 5 pieces
+// in blocks of 1024 (64 registers) spill.
+constexpr int kRegPiecesSmall = 8, kRegPieces = 9, kRegBlock = 512;
+
 template <bool kGrad, bool kBf16 = false, bool kIn16 = false>
 void xent(float* logits, const int32_t* target, const uint8_t* mask, int rows, int V, int ld,
           float eps, float grad_scale, double* sums, cudaStream_t s) {
   double* row_out = scratch_as<double>(kSlotRows, size_t(rows > 0 ? rows : 1) * 3, s);
-  if (rows > 0) {
+  const bool in_regs = kGrad && kIn16 && ld % 8 == 0 &&
+                       reinterpret_cast<uintptr_t>(logits) % 16 == 0 &&
+                       ld / 8 <= kRegPieces * kRegBlock;
+  if (rows > 0 && in_regs) {
+    auto* z16 = reinterpret_cast<__nv_bfloat16*>(logits);
+    if (ld / 8 <= kRegPiecesSmall * kThreads)
+      PN_LAUNCH((xent_row_bf16_regs_kernel<kRegPiecesSmall, kThreads>), rows, kThreads, 0, s)(
+          z16, target, mask, V, ld, eps, grad_scale, row_out);
+    else
+      PN_LAUNCH((xent_row_bf16_regs_kernel<kRegPieces, kRegBlock>), rows, kRegBlock, 0, s)(
+          z16, target, mask, V, ld, eps, grad_scale, row_out);
+    PN_LAUNCHED();
+  } else if (rows > 0) {
     PN_LAUNCH((xent_row_kernel<kGrad, kBf16, kIn16>), rows, kThreads, 0, s)(
         logits, target, mask, V, ld, eps, grad_scale, row_out);
     PN_LAUNCHED();
