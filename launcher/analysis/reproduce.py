@@ -1296,6 +1296,50 @@ def run_figure5(a, runner, vlist, report_vlist):
                        lambda r: "%s m %d seed %d" % (r["key"], r["m"], r["seed"]))
 
 
+def draw_dropout(plt, got, vlist, seeds, ps, best, preset, path):
+    """The dropout control: test perplexity at the best validation against dropout, per norm a
+    line through the mean over its seeds at each dropout, each seed's cell an open marker, a bar
+    over the seeds' range, and the dropout the report chose for the norm (by validation) ringed."""
+    fig, ax = plt.subplots(figsize=(9.6, 4.8))
+    xs = [float(p) for p in ps]
+    step = min(b - a_ for a_, b in zip(xs, xs[1:])) if len(xs) > 1 else 0.1
+    n = len(vlist)
+    for i, (key, label) in enumerate((v[0], v[1]) for v in vlist):
+        color, marker, ls = NORM_STYLE.get(key, ("C%d" % (i + 5), "o", "-"))
+        dx = 0.06 * step * (i - (n - 1) / 2)  # side by side at each dropout
+        means = []
+        for p, x in zip(ps, xs):
+            vals = [got[(key, s, p)]["test_ppl"] for s in seeds if (key, s, p) in got]
+            if not vals:
+                continue
+            mean = sum(vals) / len(vals)
+            means.append((x + dx, mean, len(vals)))
+            ax.plot([x + dx] * len(vals), vals, ls="none", marker=marker, ms=5, mfc="white",
+                    color=color, alpha=0.8)
+            if len(vals) > 1:
+                ax.plot([x + dx] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
+            if best.get(key) == p:
+                ax.plot([x + dx], [mean], ls="none", marker="o", ms=14, mfc="none", color=color,
+                        mew=1.4)
+        if means:
+            ax.plot([m[0] for m in means], [m[1] for m in means], ls=ls, marker=marker, ms=7,
+                    lw=1.6, color=color, label="%s: best %s; seeds %s" % (
+                        label, best.get(key, "—"), "/".join(str(m[2]) for m in means)))
+    ax.set_xticks(xs)
+    ax.set_xticklabels(ps)
+    ax.set_xlabel("dropout (the config's own is the table's cell)")
+    ax.set_ylabel("test perplexity at the best validation")
+    ax.set_title("The dropout control (%s budget): lower is better; filled: the mean over seeds, "
+                 "open: each seed, bars: their range, ring: the dropout chosen by validation"
+                 % preset, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+              title="norm: chosen dropout; seeds at each dropout", title_fontsize=8)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def write_dropout_report(a, runner, vlist, ps):
     """DROPOUT.md: every finished dropout cell, each norm at its own best dropout (by mean best
     validation perplexity over seeds) against LN at its own, with Welch's intervals, and the
@@ -1371,6 +1415,12 @@ def write_dropout_report(a, runner, vlist, ps):
                                          "LN (dropout %s)" % best["layer"], w, "test ppl"))
     if words or unseeded:
         L += ["", "In words:", ""] + ["- " + x for x in words + unseeded]
+    plt = plt_or_none()
+    if plt is not None and got:
+        name = "dropout_%s.png" % a.preset
+        draw_dropout(plt, got, vlist, runner.seeds, ps, best, a.preset,
+                     os.path.join(a.out, "figs", name))
+        L += ["", "![the dropout control](figs/%s)" % name]
     for p in ps:
         L += matched_loss_table([(labels[k], r) for (k, s, pp), r in got.items() if pp == p],
                                 "## At matched training loss, dropout %s" % p)
