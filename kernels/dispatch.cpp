@@ -143,7 +143,7 @@ void say_once(std::once_flag& flag, const char* what, const Line& line) {
     std::fprintf(stderr, "pntrain: %s: %s\n", what, std::string(line()).c_str());
   });
 }
-std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_drelu_said,
+std::once_flag lt_forward_said, lt_forward16_said, lt_backward_said, lt_relu_backward_said,
     lt_dx16_said;
 }  // namespace
 #endif
@@ -240,7 +240,7 @@ void input_grad_bf16(const float* dy, const uint16_t* dy16, int rows, int in, in
   uint16_t* g16 = relu ? cuda::relu_grad_scratch16(n, stream()) : dx16;
   const bool ran = current_context().gemm_bf16_outputs &&
                    cuda::linear_input_grad_bf16(blas(stream()), dy, dy16, rows, in, out, W, g16);
-  say_once(relu ? lt_drelu_said : lt_dx16_said,
+  say_once(relu ? lt_relu_backward_said : lt_dx16_said,
            relu ? "a ReLU's backward" : "a Linear's bf16 input gradient", [&] {
              if (!ran) return "a rounding pass after the GEMM";
              return relu ? "one bf16 pass after the GEMM, which writes bf16 (cuBLASLt)"

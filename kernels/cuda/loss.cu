@@ -20,6 +20,33 @@
 namespace pn::cuda {
 namespace {
 
+// Thread 0 writes row_out's {loss_i, nll_i, 1} from the row's max mx, sum exp(z - mx) se,
+// sum z sz and target logit zt (the formula above).
+__device__ __forceinline__ void put_row_loss(double* out, float mx, double se, double sz, float zt,
+                                             int V, float eps) {
+  if (threadIdx.x != 0) return;
+  const double lse = double(mx) + log(se);
+  const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
+  const double nll = lse - double(zt);
+  out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
+  out[1] = nll;
+  out[2] = 1;
+}
+
+// dloss/dz_j times grad_scale for a column j below V, softmax as the CPU forms it: exp(z - max)
+// times the float reciprocal of the double sum.
+struct XentGrad {
+  float mx, inv_sum, eps, eps_f, scale;
+  __device__ XentGrad(float mx_, double se, int V, float eps_, float grad_scale)
+      : mx(mx_), inv_sum(float(1.0 / se)), eps(eps_), eps_f(V > 1 ? eps_ / float(V - 1) : 0.f),
+        scale(grad_scale) {}
+  __device__ float operator()(float z, bool target) const {
+    float g = scale * (expf(z - mx) * inv_sum - eps_f);
+    if (target) g -= scale * (1.f - eps - eps_f);
+    return g;
+  }
+};
+
 // row_out[i] = {loss_i, nll_i, 1} (zeros on masked rows). Two passes over the row: the first
 // takes the max, sum exp(z - max) and sum z together (each thread's sum of exponentials is
 // rescaled when its running max grows, then to the row's max), the second writes the gradient
@@ -66,29 +93,16 @@ __global__ void xent_row_kernel(float* logits, const int32_t* target, const uint
   se = block_sum(m == -INFINITY ? 0.0 : se * exp(double(m) - double(mx)), shd);
   sz = block_sum(sz, shd);
   const int t = target[i];
-  const double lse = double(mx) + log(se);
-  const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
-  const double nll = lse - double(load(t));
-  if (threadIdx.x == 0) {
-    out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
-    out[1] = nll;
-    out[2] = 1;
-  }
+  put_row_loss(out, mx, se, sz, load(t), V, eps);
   if (!kGrad) return;
   __syncthreads();  // every thread has read z[t]
-  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum;
-  // the padding [V, ld) gets no gradient
-  const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
+  const XentGrad grad(mx, se, V, eps, grad_scale);  // the padding [V, ld) gets no gradient
   for (int j0 = 0; j0 < ld; j0 += kStage * blockDim.x) {
     float g[kStage];
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
       const int j = j0 + u * blockDim.x + threadIdx.x;
-      g[u] = 0.f;
-      if (j < V) {
-        g[u] = grad_scale * (expf(load(j) - mx) * inv_sum - eps_f);
-        if (j == t) g[u] -= grad_scale * (1.f - eps - eps_f);
-      }
+      g[u] = j < V ? grad(load(j), j == t) : 0.f;
     }
     if (kBf16 && !kIn16) __syncthreads();  // the stage read whole before it is overwritten
 #pragma unroll
@@ -151,18 +165,9 @@ __global__ void __launch_bounds__(kBlock)
   se = block_sum(se, shd);
   sz = block_sum(sz, shd);
   const int t = target[i];
-  const double lse = double(mx) + log(se);
-  const double eps_i = V > 1 ? double(eps) / (V - 1) : 0.0;
-  const double nll = lse - double(__bfloat162float(logits[size_t(i) * ld + t]));
-  if (threadIdx.x == 0) {
-    out[0] = (1.0 - eps - eps_i) * nll + eps_i * (V * lse - sz);
-    out[1] = nll;
-    out[2] = 1;
-  }
+  put_row_loss(out, mx, se, sz, __bfloat162float(logits[size_t(i) * ld + t]), V, eps);
   __syncthreads();  // every thread has read z[t]
-  // softmax as the CPU forms it: exp(z - max) times the float reciprocal of the double sum;
-  // the padding [V, ld) gets no gradient
-  const float inv_sum = float(1.0 / se), eps_f = V > 1 ? eps / float(V - 1) : 0.f;
+  const XentGrad grad(mx, se, V, eps, grad_scale);  // the padding [V, ld) gets no gradient
 #pragma unroll
   for (int u = 0; u < kPieces; ++u) {
     const int q = threadIdx.x + u * blockDim.x;
@@ -170,11 +175,7 @@ __global__ void __launch_bounds__(kBlock)
     Piece g;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      float v = 0.f;
-      if (live(u, e)) {
-        v = grad_scale * (expf(__bfloat162float(z[u].h[e]) - mx) * inv_sum - eps_f);
-        if (8 * q + e == t) v -= grad_scale * (1.f - eps - eps_f);
-      }
+      const float v = live(u, e) ? grad(__bfloat162float(z[u].h[e]), 8 * q + e == t) : 0.f;
       g.h[e] = __float2bfloat16_rn(v);
     }
     row[q] = g.u;
