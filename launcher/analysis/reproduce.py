@@ -767,6 +767,16 @@ NORM_STYLE = {"layer": ("C0", "x", "-"), "batch": ("C1", "s", "--"), "power_v": 
               "power": ("C3", "o", "-"), "power_authors": ("C4", "D", ":")}
 
 
+def seed_marks(ax, x, vals, color, marker):
+    """Each seed's value at x as an open marker and, over two seeds or more, a bar over their
+    range; returns their mean."""
+    ax.plot([x] * len(vals), vals, ls="none", marker=marker, ms=5, mfc="white", color=color,
+            alpha=0.8)
+    if len(vals) > 1:
+        ax.plot([x] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
+    return sum(vals) / len(vals)
+
+
 def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
     """The Figure 5 analog: test perplexity at the best validation against m, per norm a line
     through the mean over the seeds that have each m (their number in the legend), each seed's
@@ -792,12 +802,8 @@ def draw_figure5(plt, by, ln, vlist, seeds, minis, U, preset, path):
                     math.isfinite(by[(key, s, m)]["test_ppl"])]
             if not vals:
                 continue
-            means.append((m * shift, sum(vals) / len(vals)))
+            means.append((m * shift, seed_marks(ax, m * shift, vals, color, marker)))
             counts.append(len(vals))
-            ax.plot([m * shift] * len(vals), vals, ls="none", marker=marker, ms=5, mfc="white",
-                    color=color, alpha=0.8)
-            if len(vals) > 1:
-                ax.plot([m * shift] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
         if means:
             ax.plot([x for x, _ in means], [p for _, p in means], ls=ls, marker=marker,
                     color=color, ms=7, lw=1.6, label="%s: mean of %s seeds" % (
@@ -1312,12 +1318,8 @@ def draw_dropout(plt, got, vlist, seeds, ps, best, preset, path):
             vals = [got[(key, s, p)]["test_ppl"] for s in seeds if (key, s, p) in got]
             if not vals:
                 continue
-            mean = sum(vals) / len(vals)
+            mean = seed_marks(ax, x + dx, vals, color, marker)
             means.append((x + dx, mean, len(vals)))
-            ax.plot([x + dx] * len(vals), vals, ls="none", marker=marker, ms=5, mfc="white",
-                    color=color, alpha=0.8)
-            if len(vals) > 1:
-                ax.plot([x + dx] * 2, [min(vals), max(vals)], color=color, lw=1, alpha=0.8)
             if best.get(key) == p:
                 ax.plot([x + dx], [mean], ls="none", marker="o", ms=14, mfc="none", color=color,
                         mew=1.4)
