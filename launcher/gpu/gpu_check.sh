@@ -29,7 +29,10 @@
 #                   sync groups there against the CPU), when MPI came along
 #   norm_bench      [40] every norm layer's forward + backward beside a device copy, plain and
 #                   as the residual add before a pre-norm, at d 512, 768 and 1024, 16K and 64K
-#                   tokens (pnbench_cuda_norms)
+#                   tokens (pnbench_cuda_norms): forward and backward each, fp32 and as
+#                   training runs them (residual add in, bf16 out), beside each design's bound
+#   norm_profile    [60] only when --steps names it: Nsight Compute's bandwidth, occupancy and
+#                   warp-stall sections of LN's, BN's and PN's kernels (norm_profile.txt)
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first)
@@ -225,6 +228,15 @@ if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
 fi
 step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768' '16384 1024' '65536 512' '65536 768' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
+if [[ "$ONLY" == *",norm_profile,"* ]]; then
+  # Why a norm's kernels fall short of the copy: bandwidth, occupancy and warp stalls of each
+  # kernel of LN, BN and PN at d 768, 16K tokens, each figure's calls made once.
+  step norm_profile 60 "${bundled[@]}" "$NCU" --clock-control none \
+    --kernel-name regex:'rowgroup|column_pass|column_combine' --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+    --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
+    "$B/bin/pnbench_cuda_norms" 16384 768 layer,batch,power 1
+fi
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit
   for run in cuda:ptb_small:cuda:fp32:on:25:25 cuda_nographs:ptb_small:cuda:fp32:off:25:20 \
