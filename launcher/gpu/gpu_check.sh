@@ -35,7 +35,8 @@
 #                   warp-stall sections of LN's, BN's and PN's kernels (norm_profile.txt)
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
-#                   (profile_kernels.txt, largest first)
+#                   (profile_kernels.txt, largest first); then profile_power [75], the same
+#                   with --norm power (profile_power_kernels.txt)
 #   throughput_*    [20-25 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
 #                   micro-steps as CUDA graphs, then launch by launch: --cuda-graphs off) and
 #                   tf32 and on the CPU; configs/reproduce_long_ptb.ini (the --long cells'
@@ -162,7 +163,8 @@ log_reason() {
 # wanted NAME: the step is to run (--steps lists it, or no --steps; the library check always).
 wanted() {
   [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ] ||
-    [[ "$1" == throughput_* && "$ONLY" == *",throughput,"* ]]
+    [[ "$1" == throughput_* && "$ONLY" == *",throughput,"* ]] ||
+    [[ "$1" == profile_* && "$ONLY" == *",profile,"* ]]
 }
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
 LIBS_GAP=""
@@ -219,12 +221,19 @@ fi
 # ---- measurements --------------------------------------------------------------------------
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
 if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
-  step profile 150 "${bundled[@]}" "$NCU" --clock-control none --metrics gpu__time_duration.sum \
-    --print-kernel-base function --csv --log-file "$OUT/profile_ncu.csv" \
-    "$B/bin/pntrain" --config "$ROOT/configs/gpt2_small_wt2.ini" --data "$B/wikitext-2" \
-    --device cuda --precision bf16 --dropout 0 --max-update 1 --validate-interval-updates 0
-  python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/profile_ncu.csv" > "$OUT/profile_kernels.txt" &&
-    head -n 12 "$OUT/profile_kernels.txt" >> "$OUT/report.txt"
+  # LN's update (profile_*), then PN's (profile_power_*): where PN's extra time goes.
+  for norm in layer power; do
+    name=profile; [ "$norm" = layer ] || name="profile_$norm"
+    step "$name" $([ "$norm" = layer ] && echo 150 || echo 75) "${bundled[@]}" "$NCU" \
+      --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv \
+      --log-file "$OUT/${name}_ncu.csv" \
+      "$B/bin/pntrain" --config "$ROOT/configs/gpt2_small_wt2.ini" --data "$B/wikitext-2" \
+      --norm "$norm" --device cuda --precision bf16 --dropout 0 --max-update 1 \
+      --validate-interval-updates 0
+    [ -s "$OUT/${name}_ncu.csv" ] &&
+      python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/${name}_ncu.csv" > "$OUT/${name}_kernels.txt" &&
+      head -n 12 "$OUT/${name}_kernels.txt" >> "$OUT/report.txt"
+  done
 fi
 step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768' '16384 1024' '65536 512' '65536 768' '65536 1024'; do
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
