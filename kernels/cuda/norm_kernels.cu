@@ -13,7 +13,8 @@
 // Affine maps use per-column float coefficients made from the double statistics exactly as the
 // CPU kernels make them (shift split into its float rounding plus a double correction folded
 // into the offset), with explicitly rounded float operations, so that y and dx match the CPU to
-// the last bit when the coefficients do.
+// the last bit when the coefficients do. Each thread makes its column's coefficients as its pass
+// starts: a kernel of their own cost a launch per map (three of PN's nine in an iteration).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -44,38 +45,37 @@ __device__ __forceinline__ void put_grad(float* dx, uint16_t* dx16, size_t i, fl
   put_grad16(dx, dx16, i, add ? __fadd_rn(dx[i], v) : v);
 }
 
-// column_affine's coefficients: y = A (x - S) + B;  A = gamma scale, S = float(shift),
-// B = beta - A (shift - S)
-__global__ void affine_coeffs_kernel(int d, const double* shift, const double* scale,
-                                     const float* gamma, const float* beta, float* co) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= d) return;
+// The per-column float coefficients of the maps below, made from the double statistics by each
+// thread of the column as the pass starts (no kernel of their own, no array between).
+// column_affine's: y = A (x - S) + B;  A = gamma scale, S = float(shift), B = beta - A (shift - S)
+struct AffineCo {
+  float A, S, B;
+};
+__device__ __forceinline__ AffineCo affine_co(int c, const double* shift, const double* scale,
+                                              const float* gamma, const float* beta) {
   const double a = double(gamma[c]) * scale[c];
   const double s = shift ? shift[c] : 0.0;
   const float sf = float(s);
-  co[c] = float(a);
-  co[d + c] = sf;
-  co[2 * d + c] = float((beta ? double(beta[c]) : 0.0) - a * (s - double(sf)));
+  return {float(a), sf, float((beta ? double(beta[c]) : 0.0) - a * (s - double(sf)))};
 }
 
 // column_norm_backward's: with u = x - S (S = float(shift), e = shift - S),
 // dx = P dy + Q u + R,  P = scale gamma, Q = -scale^2 b, R = scale (b scale e - a); 0 if masked.
-__global__ void backward_coeffs_kernel(int d, const double* shift, const double* scale,
-                                       const float* gamma, const double* a, const double* b,
-                                       float* co) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= d) return;
+struct BackwardCo {
+  float P, Q, R, S;
+};
+__device__ __forceinline__ BackwardCo backward_co(int c, const double* shift, const double* scale,
+                                                  const float* gamma, const double* a,
+                                                  const double* b) {
   const double s = shift ? shift[c] : 0.0;
   const float sf = float(s);
   const double e = s - double(sf), sc = scale[c];
-  co[c] = float(sc * double(gamma[c]));
-  co[d + c] = float(-sc * sc * b[c]);
-  co[2 * d + c] = float(sc * (b[c] * sc * e - (a ? a[c] : 0.0)));
-  co[3 * d + c] = sf;
+  return {float(sc * double(gamma[c])), float(-sc * sc * b[c]),
+          float(sc * (b[c] * sc * e - (a ? a[c] : 0.0))), sf};
 }
 
 // x = a, or a + dropout(b) written to x_out (dropout_add's rounding); sums v0 = x - shift_c,
-// v1 = v0^2 (column_stats); with co, y = A (x - S) + B (column_affine's rounding).
+// v1 = v0^2 (column_stats); where y or y16, y = A (x - S) + B (column_affine's rounding).
 struct StatsAffinePass {
   const float* a;
   const float* b;       // null: x = a
@@ -83,21 +83,22 @@ struct StatsAffinePass {
   float keep_scale;     // 1 / (1 - p)
   float* x_out;
   const double* shift;  // null: 0
-  const float* co;      // null: no map
+  const double* scale;  // the map's (affine_co); read only where y or y16
+  const float* gamma;
+  const float* beta;
   float* y;
   uint16_t* y16;
-  int d;
   struct Column {
     double shift;
-    float A, S, B;
+    AffineCo co;
   };
   struct In {
     float a, b;
     bool kept;
   };
   __device__ Column column(int c) const {
-    Column k{shift ? shift[c] : 0.0, 0.f, 0.f, 0.f};
-    if (co) k = {k.shift, co[c], co[d + c], co[2 * d + c]};
+    Column k{shift ? shift[c] : 0.0, {0.f, 0.f, 0.f}};
+    if (y || y16) k.co = affine_co(c, shift, scale, gamma, beta);
     return k;
   }
   __device__ In load(const Column&, int, size_t i) const {
@@ -112,7 +113,7 @@ struct StatsAffinePass {
     }
     v0 = double(x) - k.shift;
     v1 = v0 * v0;
-    if (co) put_out(y, y16, i, __fadd_rn(__fmul_rn(k.A, __fsub_rn(x, k.S)), k.B));
+    if (y || y16) put_out(y, y16, i, __fadd_rn(__fmul_rn(k.co.A, __fsub_rn(x, k.co.S)), k.co.B));
   }
 };
 
@@ -142,18 +143,16 @@ struct DotPass {
 struct BackwardPass {
   const float* x;
   const float* dy;
-  const float* co;  // P, Q, R, S
+  const double *shift, *scale, *a, *b;  // backward_co's (shift, a: null for 0)
+  const float* gamma;
   float* dx;
   uint16_t* dx16;
   bool add, dot;
-  int d;
-  struct Column {
-    float P, Q, R, S;
-  };
+  using Column = BackwardCo;
   struct In {
     float x, dy, dx;
   };
-  __device__ Column column(int c) const { return {co[c], co[d + c], co[2 * d + c], co[3 * d + c]}; }
+  __device__ Column column(int c) const { return backward_co(c, shift, scale, gamma, a, b); }
   __device__ In load(const Column&, int, size_t i) const {
     return {x[i], dy[i], add ? dx[i] : 0.f};
   }
@@ -181,25 +180,9 @@ __global__ void count_rows_kernel(const uint8_t* mask, int rows, double* count) 
   n = block_sum(n, sh);
   if (threadIdx.x == 0) *count = n;
 }
-unsigned col_blocks(int d) { return unsigned((d + kThreads - 1) / kThreads); }
 void count_rows(const uint8_t* mask, int rows, double* count, cudaStream_t s) {
   PN_LAUNCH(count_rows_kernel, 1, kThreads, 0, s)(mask, rows, count);
   PN_LAUNCHED();
-}
-float* affine_coeffs(int d, const double* shift, const double* scale, const float* gamma,
-                     const float* beta, cudaStream_t s) {
-  float* co = scratch_as<float>(kSlotCoeffs, 3 * size_t(d), s);
-  PN_LAUNCH(affine_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, beta, co);
-  PN_LAUNCHED();
-  return co;
-}
-float* backward_coeffs(int d, const double* shift, const double* scale, const float* gamma,
-                       const double* a, const double* b, cudaStream_t s) {
-  float* co = scratch_as<float>(kSlotCoeffs, 4 * size_t(d), s);
-  PN_LAUNCH(backward_coeffs_kernel, col_blocks(d), kThreads, 0, s)(d, shift, scale, gamma, a, b,
-                                                                  co);
-  PN_LAUNCHED();
-  return co;
 }
 
 // ---- row groups: one warp per (row, group) --------------------------------------------------
@@ -517,9 +500,9 @@ void column_affine(const float* x, int rows, int d, const double* shift, const d
                    const float* gamma, const float* beta, float* y, uint16_t* y16,
                    const double* when, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  const float* co = affine_coeffs(d, shift, scale, gamma, beta, s);
-  column_pass(StatsAffinePass{x, nullptr, nullptr, 0.f, nullptr, nullptr, co, y, y16, d},
-              nullptr, rows, d, when, (double*)nullptr, (double*)nullptr, s);
+  column_pass(
+      StatsAffinePass{x, nullptr, nullptr, 0.f, nullptr, shift, scale, gamma, beta, y, y16},
+      nullptr, rows, d, when, (double*)nullptr, (double*)nullptr, s);
 }
 
 void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
@@ -527,9 +510,8 @@ void column_norm_backward(const float* x, const float* dy, const uint8_t* mask, 
                           const double* a, const double* b, float* dx, bool add_to_dx,
                           uint16_t* dx16, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
-  const float* co = backward_coeffs(d, shift, scale, gamma, a, b, s);
-  column_pass(BackwardPass{x, dy, co, dx, dx16, add_to_dx, false, d}, mask, rows, d, nullptr,
-              (double*)nullptr, (double*)nullptr, s);
+  column_pass(BackwardPass{x, dy, shift, scale, a, b, gamma, dx, dx16, add_to_dx, false}, mask,
+              rows, d, nullptr, (double*)nullptr, (double*)nullptr, s);
 }
 
 void column_stats_affine(const float* a, const float* b, const uint8_t* keep, float p, float* x,
@@ -538,21 +520,16 @@ void column_stats_affine(const float* a, const float* b, const uint8_t* keep, fl
                          const float* gamma, const float* beta, float* y, uint16_t* y16,
                          cudaStream_t s) {
   count_rows(mask, rows, count, s);
-  const float* co = (y || y16) && rows > 0 && d > 0
-                        ? affine_coeffs(d, shift, scale, gamma, beta, s)
-                        : nullptr;
-  column_pass(StatsAffinePass{a, b, keep, 1.f / (1.f - p), x, shift, co, y, y16, d}, mask, rows,
-              d, nullptr, sum, sumsq, s);
+  column_pass(StatsAffinePass{a, b, keep, 1.f / (1.f - p), x, shift, scale, gamma, beta, y, y16},
+              mask, rows, d, nullptr, sum, sumsq, s);
 }
 
 void column_backward_dot(const float* x, const float* dy, const uint8_t* mask, int rows, int d,
                          const double* scale, const float* gamma, const double* b, float* dx,
                          bool add_to_dx, uint16_t* dx16, double* sum_dy, double* sum_dy_x,
                          cudaStream_t s) {
-  const float* co =
-      rows > 0 && d > 0 ? backward_coeffs(d, nullptr, scale, gamma, nullptr, b, s) : nullptr;
-  column_pass(BackwardPass{x, dy, co, dx, dx16, add_to_dx, true, d}, mask, rows, d, nullptr,
-              sum_dy, sum_dy_x, s);
+  column_pass(BackwardPass{x, dy, nullptr, scale, nullptr, b, gamma, dx, dx16, add_to_dx, true},
+              mask, rows, d, nullptr, sum_dy, sum_dy_x, s);
 }
 
 void rowgroup_rms_forward(const float* x, int rows, int d, int G, float eps, const float* gamma,
