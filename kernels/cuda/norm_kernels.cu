@@ -14,7 +14,7 @@
 // CPU kernels make them (shift split into its float rounding plus a double correction folded
 // into the offset), with explicitly rounded float operations, so that y and dx match the CPU to
 // the last bit when the coefficients do. Each thread makes its column's coefficients as its pass
-// starts: a kernel of their own cost a launch per map (three of PN's nine in an iteration).
+// starts: a kernel of their own cost a launch per map (three in each PN iteration).
 #include <cuda_bf16.h>
 
 #include <algorithm>
