@@ -231,7 +231,8 @@ if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
       --norm "$norm" --device cuda --precision bf16 --dropout 0 --max-update 1 \
       --validate-interval-updates 0
     [ -s "$OUT/${name}_ncu.csv" ] &&
-      python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/${name}_ncu.csv" > "$OUT/${name}_kernels.txt" &&
+      python3 "$ROOT/launcher/gpu/kernel_times.py" "$OUT/${name}_ncu.csv" \
+        > "$OUT/${name}_kernels.txt" &&
       head -n 12 "$OUT/${name}_kernels.txt" >> "$OUT/report.txt"
   done
 fi
