@@ -222,9 +222,9 @@ fi
 NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
 if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
   # LN's update (profile_*), then PN's (profile_power_*): where PN's extra time goes.
-  for norm in layer power; do
-    name=profile; [ "$norm" = layer ] || name="profile_$norm"
-    step "$name" $([ "$norm" = layer ] && echo 150 || echo 75) "${bundled[@]}" "$NCU" \
+  for run in profile:layer:150 profile_power:power:75; do
+    IFS=: read -r name norm limit <<<"$run"
+    step "$name" "$limit" "${bundled[@]}" "$NCU" \
       --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv \
       --log-file "$OUT/${name}_ncu.csv" \
       "$B/bin/pntrain" --config "$ROOT/configs/gpt2_small_wt2.ini" --data "$B/wikitext-2" \
