@@ -195,8 +195,9 @@ inline void row_dot_norm(const double* gm, const double* dy, const double* x, do
   }
 }
 
-// dst[c] += sum over chunks (in chunk order) of part[ch * stride + c], in double.
-template <class T, class P>
+// dst[c] (+)= sum over chunks (in chunk order) of part[ch * stride + c], in double: added to dst,
+// or with kSet written over it.
+template <bool kSet = false, class T, class P>
 void combine_chunks(const P* part, int nch, size_t stride, int d, T* dst) {
   if (!dst) return;
 #pragma omp parallel for schedule(static) if (size_t(nch) * d > 32768)
@@ -208,24 +209,47 @@ void combine_chunks(const P* part, int nch, size_t stride, int d, T* dst) {
       const P* p = part + size_t(ch) * stride;
       for (int c = c0; c < c1; ++c) acc[c - c0] += double(p[c]);
     }
-    for (int c = c0; c < c1; ++c) dst[c] = T(double(dst[c]) + acc[c - c0]);
+    for (int c = c0; c < c1; ++c) dst[c] = kSet ? T(acc[c - c0]) : T(double(dst[c]) + acc[c - c0]);
   }
 }
 
-// Same, overwriting a double destination.
-void combine_chunks_set(const double* part, int nch, size_t stride, int d, double* dst) {
-  if (!dst) return;
-#pragma omp parallel for schedule(static) if (size_t(nch) * d > 32768)
-  for (int c0 = 0; c0 < d; c0 += 256) {
-    const int c1 = std::min(d, c0 + 256);
-    double acc[256];
-    for (int c = c0; c < c1; ++c) acc[c - c0] = 0;
-    for (int ch = 0; ch < nch; ++ch) {
-      const double* p = part + size_t(ch) * stride;
-      for (int c = c0; c < c1; ++c) acc[c - c0] += p[c];
+// Two per-column sums over the live rows into out1 and out2 (either may be null; zeros without
+// rows): each chunk of kRowChunk rows adds its live rows into double partials, four at a time
+// (four(o, s1, s2), o their offsets: a quarter of the partials' loads and stores) and the
+// chunk's last ones one by one (one(o, s1, s2)); the chunks are added in chunk order.
+template <class Four, class One>
+void live_column_sums(const uint8_t* mask, int rows, int d, double* out1, double* out2,
+                      Four&& four, One&& one) {
+  const int nch = nchunks(rows);
+  double* part = scratch<double>(1, size_t(nch) * 2 * d);  // per chunk: [s1 | s2]
+#pragma omp parallel for schedule(static) if (big(rows, d))
+  for (int ch = 0; ch < nch; ++ch) {
+    double* s1 = part + size_t(ch) * 2 * d;
+    double* s2 = s1 + d;
+    std::fill(s1, s1 + 2 * size_t(d), 0.0);
+    size_t o[4];
+    int nr = 0;
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r <= r1; ++r) {
+      if (r < r1) {
+        if (!live(mask, r)) continue;
+        o[nr++] = size_t(r) * d;
+        if (nr < 4) continue;
+      }
+      if (nr == 4)
+        four(o, s1, s2);
+      else
+        for (int k = 0; k < nr; ++k) one(o[k], s1, s2);
+      nr = 0;
     }
-    for (int c = c0; c < c1; ++c) dst[c] = acc[c - c0];
   }
+  if (rows == 0) {
+    if (out1) std::fill(out1, out1 + d, 0.0);
+    if (out2) std::fill(out2, out2 + d, 0.0);
+    return;
+  }
+  combine_chunks<true>(part, nch, 2 * size_t(d), d, out1);
+  combine_chunks<true>(part + d, nch, 2 * size_t(d), d, out2);
 }
 }  // namespace
 
@@ -235,78 +259,38 @@ void column_stats(const T* x, const uint8_t* mask, int rows, int d, const double
   double n = 0;
   for (int r = 0; r < rows; ++r) n += live(mask, r) ? 1 : 0;
   *count = n;
-  const int nch = nchunks(rows);
   double* sh = scratch<double>(0, d);
   for (int c = 0; c < d; ++c) sh[c] = shift ? shift[c] : 0.0;
-  double* part = scratch<double>(1, size_t(nch) * 2 * d);  // per chunk: [s1 | s2]
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int ch = 0; ch < nch; ++ch) {
-    double* s1 = part + size_t(ch) * 2 * d;
-    double* s2 = s1 + d;
-    std::fill(s1, s1 + 2 * size_t(d), 0.0);
-    // Live rows four at a time: a quarter of the partial-sum loads and stores.
-    const T* rp[4];
-    int nr = 0;
-    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r <= r1; ++r) {
-      if (r < r1) {
-        if (!live(mask, r)) continue;
-        rp[nr++] = x + size_t(r) * d;
-        if (nr < 4) continue;
-      }
-      if (nr == 4) {
-        const T *x0 = rp[0], *x1 = rp[1], *x2 = rp[2], *x3 = rp[3];
+  live_column_sums(
+      mask, rows, d, sum, sumsq,
+      [&](const size_t* o, double* s1, double* s2) {
+        const T *x0 = x + o[0], *x1 = x + o[1], *x2 = x + o[2], *x3 = x + o[3];
         for (int c = 0; c < d; ++c) {
           const double v0 = double(x0[c]) - sh[c], v1 = double(x1[c]) - sh[c];
           const double v2 = double(x2[c]) - sh[c], v3 = double(x3[c]) - sh[c];
           s1[c] += (v0 + v1) + (v2 + v3);
           s2[c] += (v0 * v0 + v1 * v1) + (v2 * v2 + v3 * v3);
         }
-      } else {
-        for (int k = 0; k < nr; ++k)
-          for (int c = 0; c < d; ++c) {
-            const double v = double(rp[k][c]) - sh[c];
-            s1[c] += v;
-            s2[c] += v * v;
-          }
-      }
-      nr = 0;
-    }
-  }
-  if (rows == 0) {
-    if (sum) std::fill(sum, sum + d, 0.0);
-    if (sumsq) std::fill(sumsq, sumsq + d, 0.0);
-    return;
-  }
-  combine_chunks_set(part, nch, 2 * size_t(d), d, sum);
-  combine_chunks_set(part + d, nch, 2 * size_t(d), d, sumsq);
+      },
+      [&](size_t o, double* s1, double* s2) {
+        for (int c = 0; c < d; ++c) {
+          const double v = double(x[o + c]) - sh[c];
+          s1[c] += v;
+          s2[c] += v * v;
+        }
+      });
 }
 
 template <class T>
 void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, const double* shift,
                 double* sum_a, double* sum_ab) {
-  const int nch = nchunks(rows);
   double* sh = scratch<double>(0, d);
   for (int c = 0; c < d; ++c) sh[c] = shift ? shift[c] : 0.0;
-  double* part = scratch<double>(1, size_t(nch) * 2 * d);  // per chunk: [s1 | s2]
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int ch = 0; ch < nch; ++ch) {
-    double* s1 = part + size_t(ch) * 2 * d;
-    double* s2 = s1 + d;
-    std::fill(s1, s1 + 2 * size_t(d), 0.0);
-    size_t ro[4];  // offsets of live rows, four at a time as in column_stats
-    int nr = 0;
-    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r <= r1; ++r) {
-      if (r < r1) {
-        if (!live(mask, r)) continue;
-        ro[nr++] = size_t(r) * d;
-        if (nr < 4) continue;
-      }
-      if (nr == 4) {
-        const size_t o0 = ro[0], o1 = ro[1], o2 = ro[2], o3 = ro[3];
-        const T *a0 = a + o0, *a1 = a + o1, *a2 = a + o2, *a3 = a + o3;
-        const T *b0 = b + o0, *b1 = b + o1, *b2 = b + o2, *b3 = b + o3;
+  live_column_sums(
+      mask, rows, d, sum_a, sum_ab,
+      [&](const size_t* o, double* s1, double* s2) {
+        const T *a0 = a + o[0], *a1 = a + o[1], *a2 = a + o[2], *a3 = a + o[3];
+        const T *b0 = b + o[0], *b1 = b + o[1], *b2 = b + o[2], *b3 = b + o[3];
         for (int c = 0; c < d; ++c) {
           const double u0 = double(a0[c]), u1 = double(a1[c]), u2 = double(a2[c]),
                        u3 = double(a3[c]);
@@ -314,27 +298,14 @@ void column_dot(const T* a, const T* b, const uint8_t* mask, int rows, int d, co
           s2[c] += (u0 * (double(b0[c]) - sh[c]) + u1 * (double(b1[c]) - sh[c])) +
                    (u2 * (double(b2[c]) - sh[c]) + u3 * (double(b3[c]) - sh[c]));
         }
-      } else {
-        for (int k = 0; k < nr; ++k) {
-          const T* ar = a + ro[k];
-          const T* br = b + ro[k];
-          for (int c = 0; c < d; ++c) {
-            const double av = double(ar[c]);
-            s1[c] += av;
-            s2[c] += av * (double(br[c]) - sh[c]);
-          }
+      },
+      [&](size_t o, double* s1, double* s2) {
+        for (int c = 0; c < d; ++c) {
+          const double av = double(a[o + c]);
+          s1[c] += av;
+          s2[c] += av * (double(b[o + c]) - sh[c]);
         }
-      }
-      nr = 0;
-    }
-  }
-  if (rows == 0) {
-    if (sum_a) std::fill(sum_a, sum_a + d, 0.0);
-    if (sum_ab) std::fill(sum_ab, sum_ab + d, 0.0);
-    return;
-  }
-  combine_chunks_set(part, nch, 2 * size_t(d), d, sum_a);
-  combine_chunks_set(part + d, nch, 2 * size_t(d), d, sum_ab);
+      });
 }
 
 template <class T>
