@@ -21,12 +21,15 @@
 // Blocks run one at a time, so a function-local static is the running block's shared memory.
 #define __shared__ static
 
-// The 16-byte vector types the kernels load and store whole.
+// The 16- and 8-byte vector types the kernels load and store whole.
 struct alignas(16) float4 {
   float x, y, z, w;
 };
 struct alignas(16) uint4 {
   unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
 };
 struct dim3 {
   unsigned x, y, z;

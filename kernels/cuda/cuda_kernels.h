@@ -142,6 +142,14 @@ void push_bf16_copy(Blas& b, const float* x, size_t n);
 void pop_bf16_copy(Blas& b);
 void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 
+// The row norms' backward (layer, rms, group) where a group is held whole, for the norm bench to
+// time both: staged (8 warps a block, each lane's values read as floats, x and dy a second time
+// from L1) or held (4 warps a block, 16-byte loads, x, dy and dx read once; groups of 128, 256,
+// 384, 512, 768 or 1024 on aligned rows, else staged). Staged until a GPU's timing says
+// otherwise; the loser then goes.
+enum class RowBackward { staged, held };
+void set_row_backward(RowBackward kind);
+
 // y = x, device to device (k::copy takes copy_on_device instead).
 void copy(const float* x, size_t n, float* y, cudaStream_t s);
 

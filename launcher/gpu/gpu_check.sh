@@ -240,12 +240,13 @@ step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768'
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [[ "$ONLY" == *",norm_profile,"* ]]; then
   # Why a norm's kernels fall short of the copy: bandwidth, occupancy and warp stalls of each
-  # kernel of LN, BN and PN at d 768, 16K tokens, each figure's calls made once.
+  # kernel of LN (both backward kernels), BN and PN at d 768, 16K tokens, each figure's calls
+  # made once.
   step norm_profile 60 "${bundled[@]}" "$NCU" --clock-control none \
     --kernel-name regex:'rowgroup|column_pass|column_combine' --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
-    "$B/bin/pnbench_cuda_norms" 16384 768 layer,batch,power 1
+    "$B/bin/pnbench_cuda_norms" 16384 768 layer,layer_held,batch,power 1
 fi
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit
