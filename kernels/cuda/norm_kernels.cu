@@ -438,8 +438,8 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
 // The same math and rounding per value; the row sums and dgamma/dbeta add other lanes' columns
 // in another order, so their last bits may differ from the kernel above's.
 constexpr int kHeldWarps = 4;
-// Blocks an SM: three up to 4 vectors a lane (at most 168 registers); with more, 168 would spill
-// and it takes two (d 768 and 1024: 176 to 236 registers).
+// Blocks an SM: three up to 4 vectors a lane (at most 152 registers); with more, a cap of 168
+// spilled, and it takes two (d 768 and 1024: 148 to 236 registers, no spills).
 constexpr int held_blocks_per_sm(int kv) { return kv <= 4 ? 3 : 2; }
 struct F4 {
   float v[4];
