@@ -146,7 +146,9 @@ void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 // time both: staged (8 warps a block, each lane's values read as floats, x and dy a second time
 // from L1) or held (4 warps a block, 16-byte loads, x, dy and dx read once; groups of 128, 256,
 // 384, 512, 768 or 1024 on aligned rows, else staged). Staged until a GPU's timing says
-// otherwise; the loser then goes.
+// otherwise; the loser then goes. PN_ROW_BACKWARD=held (or staged) chooses for a whole process
+// (pntrain, the tests, gpu-check's steps) unless set_row_backward is called; another value is
+// refused with a message at the first backward.
 enum class RowBackward { staged, held };
 void set_row_backward(RowBackward kind);
 

@@ -19,6 +19,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -595,7 +598,22 @@ void rowgroup_forward(const float* x, ResidualIn res, int rows, int d, int G, fl
   });
 }
 
+// The backward kernel of the row norms: set_row_backward's, else PN_ROW_BACKWARD's (read once:
+// staged or held, for timing a whole run on either), else staged.
+bool row_backward_set = false;
 RowBackward row_backward_kind = RowBackward::staged;
+RowBackward row_backward() {
+  if (!row_backward_set) {
+    const char* env = std::getenv("PN_ROW_BACKWARD");
+    const std::string v = env ? env : "staged";
+    if (v != "staged" && v != "held")
+      throw std::invalid_argument("PN_ROW_BACKWARD=" + v +
+                                  ": the row norms' backward kernel is 'staged' or 'held'");
+    row_backward_kind = v == "held" ? RowBackward::held : RowBackward::staged;
+    row_backward_set = true;
+  }
+  return row_backward_kind;
+}
 
 // The held kernel's vectors a lane (KV = m / 128) where it takes the shape and the pointers, else
 // 0 (the staged kernel).
@@ -631,7 +649,7 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
                        float* dgamma, float* dbeta, bool add, uint16_t* dx16, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   const int m = d / G;
-  const int kv = row_backward_kind == RowBackward::held && d % 4 == 0
+  const int kv = row_backward() == RowBackward::held && d % 4 == 0
                      ? held_vectors(m, x, dy, dx, gamma, dx16)
                      : 0;
   const int warps = kv ? kHeldWarps : kRowWarps;
@@ -668,7 +686,10 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
 
 }  // namespace
 
-void set_row_backward(RowBackward kind) { row_backward_kind = kind; }
+void set_row_backward(RowBackward kind) {
+  row_backward_kind = kind;
+  row_backward_set = true;
+}
 
 void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
                   double* count, double* sum, double* sumsq, cudaStream_t s) {
