@@ -980,6 +980,19 @@ struct RowBackwardKind {
   ~RowBackwardKind() { cuda::set_row_backward(cuda::RowBackward::staged); }
 };
 const cuda::RowBackward kRowBackwards[] = {cuda::RowBackward::staged, cuda::RowBackward::held};
+// f(case, G) for every row case and group count 1, 2, 4 that divides d, under each backward.
+template <class F>
+void for_row_cases(F&& f) {
+  for (const cuda::RowBackward kind : kRowBackwards)
+    for (const NormCase& c : kRowCases)
+      for (int G : {1, 2, 4}) {
+        if (c.d % G) continue;
+        const RowBackwardKind backward(kind);
+        SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
+                     std::to_string(G) + (kind == cuda::RowBackward::held ? " held" : " staged"));
+        f(c, G);
+      }
+}
 
 TEST(CudaNormKernels, ColumnStatsAndDot) {
   PN_REQUIRE_GPU();
@@ -1080,111 +1093,97 @@ double grad_atol(int rows) { return 1e-5 * std::max(1.0, rows / 256.0); }
 
 TEST(CudaNormKernels, RowGroupRms) {
   PN_REQUIRE_GPU();
-  for (const cuda::RowBackward kind : kRowBackwards) {
-    for (const NormCase& c : kRowCases)
-      for (int G : {1, 2, 4}) {
-        if (c.d % G) continue;
-        const RowBackwardKind backward(kind);
-        SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
-                     std::to_string(G) + (kind == cuda::RowBackward::held ? " held" : " staged"));
-        const size_t n = size_t(c.rows) * c.d;
-        const auto x = randf(n, 30, 1.5f), dy = randf(n, 31), gamma = randf(c.d, 32, 0.3f, 1.f);
-        const auto mask = case_mask(c, 33);
-        DBuf<float> dx(x), ddy(dy), dgm(gamma), dy_out(n), drinv(size_t(c.rows) * G), ddx(n);
-        DBuf<uint8_t> dmask(mask);
-        for (bool with_gamma : {true, false}) {  // gamma null: pre-scaling
-          const float* gm = with_gamma ? gamma.data() : nullptr;
-          std::vector<float> y(n), rinv(size_t(c.rows) * G), gx(n);
-          std::vector<float> dgamma = randf(c.d, 34);
-          DBuf<float> ddgamma(dgamma);
-          k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(), nullptr,
-                                         rinv.data());
-          k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(), c.rows,
-                                          c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr,
-                                          false, nullptr);
-          cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
-                                     with_gamma ? dgm.data() : nullptr, dy_out.data(), nullptr,
-                                     drinv.data(), kStream);
-          cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
-                                      with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d,
-                                      G, ddx.data(), with_gamma ? ddgamma.data() : nullptr, false,
-                                      nullptr, kStream);
-          expect_close("rms rinv", drinv.download(), rinv, 1e-6, 0);
-          expect_close("rms y", dy_out.download(), y, 1e-6, 1e-6);
-          expect_close("rms dx", ddx.download(), gx, 1e-5, 1e-6);
-          expect_close("rms dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
-          const auto base = randf(n, 35, 3.f);
-          DBuf<float> dsum(base);
-          DBuf<uint16_t> dsum16(n);
-          cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
-                                      with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d,
-                                      G, dsum.data(), with_gamma ? ddgamma.data() : nullptr, true,
-                                      dsum16.data(), kStream);
-          EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
-          EXPECT_EQ(dsum16.download(), bf16_of(dsum.download()));
-        }
-      }
-  }
+  for_row_cases([&](const NormCase& c, int G) {
+    const size_t n = size_t(c.rows) * c.d;
+    const auto x = randf(n, 30, 1.5f), dy = randf(n, 31), gamma = randf(c.d, 32, 0.3f, 1.f);
+    const auto mask = case_mask(c, 33);
+    DBuf<float> dx(x), ddy(dy), dgm(gamma), dy_out(n), drinv(size_t(c.rows) * G), ddx(n);
+    DBuf<uint8_t> dmask(mask);
+    for (bool with_gamma : {true, false}) {  // gamma null: pre-scaling
+      const float* gm = with_gamma ? gamma.data() : nullptr;
+      std::vector<float> y(n), rinv(size_t(c.rows) * G), gx(n);
+      std::vector<float> dgamma = randf(c.d, 34);
+      DBuf<float> ddgamma(dgamma);
+      k::rowgroup_rms_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gm, y.data(), nullptr,
+                                     rinv.data());
+      k::rowgroup_rms_backward<float>(x.data(), dy.data(), rinv.data(), gm, mask.data(), c.rows,
+                                      c.d, G, gx.data(), with_gamma ? dgamma.data() : nullptr,
+                                      false, nullptr);
+      cuda::rowgroup_rms_forward(dx.data(), c.rows, c.d, G, 1e-5f,
+                                 with_gamma ? dgm.data() : nullptr, dy_out.data(), nullptr,
+                                 drinv.data(), kStream);
+      cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
+                                  with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
+                                  ddx.data(), with_gamma ? ddgamma.data() : nullptr, false, nullptr,
+                                  kStream);
+      expect_close("rms rinv", drinv.download(), rinv, 1e-6, 0);
+      expect_close("rms y", dy_out.download(), y, 1e-6, 1e-6);
+      expect_close("rms dx", ddx.download(), gx, 1e-5, 1e-6);
+      expect_close("rms dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
+      const auto base = randf(n, 35, 3.f);
+      DBuf<float> dsum(base);
+      DBuf<uint16_t> dsum16(n);
+      cuda::rowgroup_rms_backward(dx.data(), ddy.data(), drinv.data(),
+                                  with_gamma ? dgm.data() : nullptr, dmask.data(), c.rows, c.d, G,
+                                  dsum.data(), with_gamma ? ddgamma.data() : nullptr, true,
+                                  dsum16.data(), kStream);
+      EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
+      EXPECT_EQ(dsum16.download(), bf16_of(dsum.download()));
+    }
+  });
 }
 
 TEST(CudaNormKernels, RowGroupNormAndLayerNorm) {
   PN_REQUIRE_GPU();
-  for (const cuda::RowBackward kind : kRowBackwards) {
-    for (const NormCase& c : kRowCases)
-      for (int G : {1, 2, 4}) {
-        if (c.d % G) continue;
-        const RowBackwardKind backward(kind);
-        SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
-                     std::to_string(G) + (kind == cuda::RowBackward::held ? " held" : " staged"));
-        const size_t n = size_t(c.rows) * c.d;
-        const auto x = randf(n, 40, 2.f, 5.f), dy = randf(n, 41);
-        const auto gamma = randf(c.d, 42, 0.3f, 1.f), beta = randf(c.d, 43, 0.3f);
-        const auto mask = case_mask(c, 44);
-        std::vector<float> y(n), mean(size_t(c.rows) * G), rstd(size_t(c.rows) * G), gx(n);
-        std::vector<float> dgamma = randf(c.d, 45), dbeta = randf(c.d, 46);
-        DBuf<float> dx(x), ddy(dy), dgm(gamma), dbt(beta), dyo(n), dmean(mean.size()),
-            drstd(rstd.size()), ddx(n), ddgamma(dgamma), ddbeta(dbeta);
-        DBuf<uint8_t> dmask(mask);
-        if (G == 1) {
-          k::layernorm_forward<float>(x.data(), c.rows, c.d, gamma.data(), beta.data(), 1e-5f,
+  for_row_cases([&](const NormCase& c, int G) {
+    const size_t n = size_t(c.rows) * c.d;
+    const auto x = randf(n, 40, 2.f, 5.f), dy = randf(n, 41);
+    const auto gamma = randf(c.d, 42, 0.3f, 1.f), beta = randf(c.d, 43, 0.3f);
+    const auto mask = case_mask(c, 44);
+    std::vector<float> y(n), mean(size_t(c.rows) * G), rstd(size_t(c.rows) * G), gx(n);
+    std::vector<float> dgamma = randf(c.d, 45), dbeta = randf(c.d, 46);
+    DBuf<float> dx(x), ddy(dy), dgm(gamma), dbt(beta), dyo(n), dmean(mean.size()),
+        drstd(rstd.size()), ddx(n), ddgamma(dgamma), ddbeta(dbeta);
+    DBuf<uint8_t> dmask(mask);
+    if (G == 1) {
+      k::layernorm_forward<float>(x.data(), c.rows, c.d, gamma.data(), beta.data(), 1e-5f, y.data(),
+                                  nullptr, mean.data(), rstd.data());
+      k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
+                                   mask.data(), c.rows, c.d, gx.data(), dgamma.data(), dbeta.data(),
+                                   false, nullptr);
+      cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
+                              nullptr, dmean.data(), drstd.data(), kStream);
+      cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
+                               dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(), ddbeta.data(),
+                               false, nullptr, kStream);
+    } else {
+      k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(), beta.data(),
                                       y.data(), nullptr, mean.data(), rstd.data());
-          k::layernorm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
-                                       mask.data(), c.rows, c.d, gx.data(), dgamma.data(),
+      k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(), gamma.data(),
+                                       mask.data(), c.rows, c.d, G, gx.data(), dgamma.data(),
                                        dbeta.data(), false, nullptr);
-          cuda::layernorm_forward(dx.data(), c.rows, c.d, dgm.data(), dbt.data(), 1e-5f, dyo.data(),
-                                  nullptr, dmean.data(), drstd.data(), kStream);
-          cuda::layernorm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
-                                   dmask.data(), c.rows, c.d, ddx.data(), ddgamma.data(),
+      cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
+                                  dyo.data(), nullptr, dmean.data(), drstd.data(), kStream);
+      cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
+                                   dmask.data(), c.rows, c.d, G, ddx.data(), ddgamma.data(),
                                    ddbeta.data(), false, nullptr, kStream);
-        } else {
-          k::rowgroup_norm_forward<float>(x.data(), c.rows, c.d, G, 1e-5f, gamma.data(),
-                                          beta.data(), y.data(), nullptr, mean.data(), rstd.data());
-          k::rowgroup_norm_backward<float>(x.data(), dy.data(), mean.data(), rstd.data(),
-                                           gamma.data(), mask.data(), c.rows, c.d, G, gx.data(),
-                                           dgamma.data(), dbeta.data(), false, nullptr);
-          cuda::rowgroup_norm_forward(dx.data(), c.rows, c.d, G, 1e-5f, dgm.data(), dbt.data(),
-                                      dyo.data(), nullptr, dmean.data(), drstd.data(), kStream);
-          cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(),
-                                       dgm.data(), dmask.data(), c.rows, c.d, G, ddx.data(),
-                                       ddgamma.data(), ddbeta.data(), false, nullptr, kStream);
-        }
-        expect_close("norm mean", dmean.download(), mean, 1e-6, 1e-6);
-        expect_close("norm rstd", drstd.download(), rstd, 1e-5, 0);
-        expect_close("norm y", dyo.download(), y, 1e-5, 1e-5);
-        expect_close("norm dx", ddx.download(), gx, 1e-4, 1e-5);
-        expect_close("norm dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
-        expect_close("norm dbeta", ddbeta.download(), dbeta, 1e-5, grad_atol(c.rows));
-        // dx += in place (the residual stream's gradient), parameter gradients on the way
-        const auto base = randf(n, 47, 3.f);
-        DBuf<float> dsum(base);
-        DBuf<uint16_t> dsum16(n);  // and its bf16 copy, as training writes it
-        cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
-                                     dmask.data(), c.rows, c.d, G, dsum.data(), ddgamma.data(),
-                                     ddbeta.data(), true, dsum16.data(), kStream);
-        EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
-        EXPECT_EQ(dsum16.download(), bf16_of(dsum.download()));
-      }
-  }
+    }
+    expect_close("norm mean", dmean.download(), mean, 1e-6, 1e-6);
+    expect_close("norm rstd", drstd.download(), rstd, 1e-5, 0);
+    expect_close("norm y", dyo.download(), y, 1e-5, 1e-5);
+    expect_close("norm dx", ddx.download(), gx, 1e-4, 1e-5);
+    expect_close("norm dgamma", ddgamma.download(), dgamma, 1e-5, grad_atol(c.rows));
+    expect_close("norm dbeta", ddbeta.download(), dbeta, 1e-5, grad_atol(c.rows));
+    // dx += in place (the residual stream's gradient), parameter gradients on the way
+    const auto base = randf(n, 47, 3.f);
+    DBuf<float> dsum(base);
+    DBuf<uint16_t> dsum16(n);  // and its bf16 copy, as training writes it
+    cuda::rowgroup_norm_backward(dx.data(), ddy.data(), dmean.data(), drstd.data(), dgm.data(),
+                                 dmask.data(), c.rows, c.d, G, dsum.data(), ddgamma.data(),
+                                 ddbeta.data(), true, dsum16.data(), kStream);
+    EXPECT_EQ(dsum.download(), added_to(base, ddx.download()));
+    EXPECT_EQ(dsum16.download(), bf16_of(dsum.download()));
+  });
 }
 
 // The residual add made by LayerNorm's kernel (residual_layernorm_forward) is dropout_add then
