@@ -219,12 +219,16 @@ if [ -x "$B/mpi/bin/mpirun" ] && [ -x "$B/bin/pn_cuda_mpi_tests" ]; then
     -np 2 -x LD_LIBRARY_PATH "$B/bin/pn_cuda_mpi_tests"
 fi
 # ---- measurements --------------------------------------------------------------------------
-NCU="$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)"
+NCU=("$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)")
+if [ -z "${NCU[0]}" ]; then  # the profiling steps then fail with this reason, not env's
+  NCU=(bash -c 'echo "no Nsight Compute: ncu is neither on PATH nor in /opt/nvidia/nsight-compute"
+                exit 1' ncu)
+fi
 if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
   # LN's update (profile_*), then PN's (profile_power_*): where PN's extra time goes.
   for run in profile:layer:150 profile_power:power:75; do
     IFS=: read -r name norm limit <<<"$run"
-    step "$name" "$limit" "${bundled[@]}" "$NCU" \
+    step "$name" "$limit" "${bundled[@]}" "${NCU[@]}" \
       --clock-control none --metrics gpu__time_duration.sum --print-kernel-base function --csv \
       --log-file "$OUT/${name}_ncu.csv" \
       "$B/bin/pntrain" --config "$ROOT/configs/gpt2_small_wt2.ini" --data "$B/wikitext-2" \
@@ -242,7 +246,7 @@ if [[ "$ONLY" == *",norm_profile,"* ]]; then
   # Why a norm's kernels fall short of the copy: bandwidth, occupancy and warp stalls of each
   # kernel of LN (both backward kernels), BN and PN at d 768, 16K tokens, each figure's calls
   # made once.
-  step norm_profile 60 "${bundled[@]}" "$NCU" --clock-control none \
+  step norm_profile 60 "${bundled[@]}" "${NCU[@]}" --clock-control none \
     --kernel-name regex:'rowgroup|column_pass|column_combine' --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
