@@ -151,6 +151,7 @@ void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 // refused with a message at the first backward.
 enum class RowBackward { staged, held };
 void set_row_backward(RowBackward kind);
+RowBackward row_backward();  // the one in use (reads PN_ROW_BACKWARD the first time)
 
 // y = x, device to device (k::copy takes copy_on_device instead).
 void copy(const float* x, size_t n, float* y, cudaStream_t s);

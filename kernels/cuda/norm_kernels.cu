@@ -457,7 +457,6 @@ __global__ void __launch_bounds__(kHeldWarps * 32, held_blocks_per_sm(KV))
                                   const float* stat, const float* gamma, const uint8_t* mask,
                                   int rows, int d, int G, int row_step, float* dx,
                                   uint16_t* dx16, double* part) {
-  constexpr bool add = kAdd;
   constexpr int m = 128 * KV;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
@@ -498,7 +497,7 @@ __global__ void __launch_bounds__(kHeldWarps * 32, held_blocks_per_sm(KV))
       }
     }
     if (!row_live) {
-      masked_row_grad(dx, dx16, off, m, lane, add);
+      masked_row_grad(dx, dx16, off, m, lane, kAdd);
       continue;
     }
     const RowMeans means = row_means(kRms, sg, sgx, m);
@@ -602,18 +601,6 @@ void rowgroup_forward(const float* x, ResidualIn res, int rows, int d, int G, fl
 // staged or held, for timing a whole run on either), else staged.
 bool row_backward_set = false;
 RowBackward row_backward_kind = RowBackward::staged;
-RowBackward row_backward() {
-  if (!row_backward_set) {
-    const char* env = std::getenv("PN_ROW_BACKWARD");
-    const std::string v = env ? env : "staged";
-    if (v != "staged" && v != "held")
-      throw std::invalid_argument("PN_ROW_BACKWARD=" + v +
-                                  ": the row norms' backward kernel is 'staged' or 'held'");
-    row_backward_kind = v == "held" ? RowBackward::held : RowBackward::staged;
-    row_backward_set = true;
-  }
-  return row_backward_kind;
-}
 
 // The held kernel's vectors a lane (KV = m / 128) where it takes the shape and the pointers, else
 // 0 (the staged kernel).
@@ -686,6 +673,18 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
 
 }  // namespace
 
+RowBackward row_backward() {
+  if (!row_backward_set) {
+    const char* env = std::getenv("PN_ROW_BACKWARD");
+    const std::string v = env ? env : "staged";
+    if (v != "staged" && v != "held")
+      throw std::invalid_argument("PN_ROW_BACKWARD=" + v +
+                                  ": the row norms' backward kernel is 'staged' or 'held'");
+    row_backward_kind = v == "held" ? RowBackward::held : RowBackward::staged;
+    row_backward_set = true;
+  }
+  return row_backward_kind;
+}
 void set_row_backward(RowBackward kind) {
   row_backward_kind = kind;
   row_backward_set = true;

@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     bool twice;  // its statistics read the input before the map reads it again
     cuda::RowBackward backward = cuda::RowBackward::staged;  // the row norms' backward kernel
   };
-  const cuda::RowBackward held = cuda::RowBackward::held;
+  const cuda::RowBackward held = cuda::RowBackward::held, in_use = cuda::row_backward();
   for (const Kind& k :
        {Kind{"layer", "layer", 1, false}, Kind{"layer_held", "layer", 1, false, held},
         Kind{"rms", "rms", 1, false}, Kind{"rms_held", "rms", 1, false, held},
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
                 300 / p.bwd, fwd_train_ms, of_copy(3.5, fwd_train_ms), bwd_train_ms,
                 of_copy(4.5, bwd_train_ms), 350 / p.fwd_train, 450 / p.bwd_train);
   }
-  cuda::set_row_backward(cuda::RowBackward::staged);
+  cuda::set_row_backward(in_use);
   synchronize();
   return 0;
 }

@@ -974,10 +974,12 @@ const NormCase kRowCases[] = {{1, 8, 0},    {37, 48, 1},   {300, 64, 1}, {600, 4
                               {64, 96, 2},  {0, 16, 0},    {513, 33, 1}, {37, 768, 1},
                               {20, 1024, 0}, {9, 1100, 1}, {1030, 160, 1}, {2000, 128, 1}};
 
-// The row norms' backward kernels: each test below runs both (RowBackward), staged left after.
+// The row norms' backward kernels: each test below runs both (RowBackward), then restores the
+// one in use (PN_ROW_BACKWARD's, for the tests after them).
 struct RowBackwardKind {
+  cuda::RowBackward before = cuda::row_backward();
   explicit RowBackwardKind(cuda::RowBackward kind) { cuda::set_row_backward(kind); }
-  ~RowBackwardKind() { cuda::set_row_backward(cuda::RowBackward::staged); }
+  ~RowBackwardKind() { cuda::set_row_backward(before); }
 };
 const cuda::RowBackward kRowBackwards[] = {cuda::RowBackward::staged, cuda::RowBackward::held};
 // f(case, G) for every row case and group count 1, 2, 4 that divides d, under each backward.
