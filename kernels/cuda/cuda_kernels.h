@@ -153,6 +153,18 @@ enum class RowBackward { staged, held };
 void set_row_backward(RowBackward kind);
 RowBackward row_backward();  // the one in use (reads PN_ROW_BACKWARD the first time)
 
+// The order in which a column pass (batch, power_v and power statistics and maps; bias and
+// parameter gradients) hands out its blocks of 256 rows x 32 columns, for the norm bench to time
+// both; the blocks, their sums and so the bits are the same in either. strips: a strip of 32
+// columns top to bottom, then the next strip (rows 3 KB apart at d 768 read 128 bytes at a time).
+// bands: every strip of a band of 256 rows (contiguous memory) before the next band, and a pass
+// that only maps (after a pass that summed the same rows) from the last band back, where the
+// rows read last are the likeliest still in L2. Strips until a GPU's timing says otherwise;
+// PN_COLUMN_ORDER=bands (or strips) chooses for a whole process as PN_ROW_BACKWARD does.
+enum class ColumnOrder { strips, bands };
+void set_column_order(ColumnOrder order);
+ColumnOrder column_order();  // the one in use (reads PN_COLUMN_ORDER the first time)
+
 // y = x, device to device (k::copy takes copy_on_device instead).
 void copy(const float* x, size_t n, float* y, cudaStream_t s);
 

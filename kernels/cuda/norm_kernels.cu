@@ -597,10 +597,29 @@ void rowgroup_forward(const float* x, ResidualIn res, int rows, int d, int G, fl
   });
 }
 
-// The backward kernel of the row norms: set_row_backward's, else PN_ROW_BACKWARD's (read once:
-// staged or held, for timing a whole run on either), else staged.
-bool row_backward_set = false;
-RowBackward row_backward_kind = RowBackward::staged;
+// A choice between two kernels, for timing a whole process on either: the program's, else its
+// environment variable's (read once), else the first; another value is refused by name.
+struct KernelChoice {
+  const char* env;
+  const char* what;
+  const char* values[2];
+  int value = -1;
+  int get() {
+    if (value < 0) {
+      const char* e = std::getenv(env);
+      const std::string v = e ? e : values[0];
+      if (v != values[0] && v != values[1])
+        throw std::invalid_argument(std::string(env) + "=" + v + ": " + what + " is '" +
+                                    values[0] + "' or '" + values[1] + "'");
+      value = v == values[1];
+    }
+    return value;
+  }
+};
+KernelChoice row_backward_choice{
+    "PN_ROW_BACKWARD", "the row norms' backward kernel", {"staged", "held"}};
+KernelChoice column_order_choice{
+    "PN_COLUMN_ORDER", "the column passes' block order", {"strips", "bands"}};
 
 // The held kernel's vectors a lane (KV = m / 128) where it takes the shape and the pointers, else
 // 0 (the staged kernel).
@@ -673,22 +692,10 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
 
 }  // namespace
 
-RowBackward row_backward() {
-  if (!row_backward_set) {
-    const char* env = std::getenv("PN_ROW_BACKWARD");
-    const std::string v = env ? env : "staged";
-    if (v != "staged" && v != "held")
-      throw std::invalid_argument("PN_ROW_BACKWARD=" + v +
-                                  ": the row norms' backward kernel is 'staged' or 'held'");
-    row_backward_kind = v == "held" ? RowBackward::held : RowBackward::staged;
-    row_backward_set = true;
-  }
-  return row_backward_kind;
-}
-void set_row_backward(RowBackward kind) {
-  row_backward_kind = kind;
-  row_backward_set = true;
-}
+RowBackward row_backward() { return RowBackward(row_backward_choice.get()); }
+void set_row_backward(RowBackward kind) { row_backward_choice.value = int(kind); }
+ColumnOrder column_order() { return ColumnOrder(column_order_choice.get()); }
+void set_column_order(ColumnOrder order) { column_order_choice.value = int(order); }
 
 void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
                   double* count, double* sum, double* sumsq, cudaStream_t s) {

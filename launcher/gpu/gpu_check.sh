@@ -31,7 +31,7 @@
 #                   as the residual add before a pre-norm, at d 512, 768 and 1024, 16K and 64K
 #                   tokens (pnbench_cuda_norms): forward and backward each, fp32 and as
 #                   training runs them (residual add in, bf16 out), beside each design's bound
-#   norm_profile    [60] only when --steps names it: Nsight Compute's bandwidth, occupancy and
+#   norm_profile    [90] only when --steps names it: Nsight Compute's bandwidth, occupancy and
 #                   warp-stall sections of LN's, BN's and PN's kernels (norm_profile.txt)
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
@@ -244,13 +244,13 @@ step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768'
   \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
 if [[ "$ONLY" == *",norm_profile,"* ]]; then
   # Why a norm's kernels fall short of the copy: bandwidth, occupancy and warp stalls of each
-  # kernel of LN (both backward kernels), BN and PN at d 768, 16K tokens, each figure's calls
-  # made once.
-  step norm_profile 60 "${bundled[@]}" "${NCU[@]}" --clock-control none \
+  # kernel of LN (both backward kernels), BN (both column orders) and PN at d 768, 16K tokens,
+  # each figure's calls made once.
+  step norm_profile 90 "${bundled[@]}" "${NCU[@]}" --clock-control none \
     --kernel-name regex:'rowgroup|column_pass|column_combine' --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
-    "$B/bin/pnbench_cuda_norms" 16384 768 layer,layer_held,batch,power 1
+    "$B/bin/pnbench_cuda_norms" 16384 768 layer,layer_held,batch,batch_bands,power 1
 fi
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit

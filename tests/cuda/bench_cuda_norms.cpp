@@ -22,7 +22,8 @@
 // (past warmup its scale is known before the pass) read it once. The copy reference moves 5
 // floats per element with cudaMemcpyAsync (read + write). PN runs past its warmup. The row
 // norms run twice: their backward staged (the default) and held (cuda::RowBackward), the
-// forward the same.
+// forward the same; the batch-type norms too: their column passes' blocks in strips (the
+// default) and in bands (cuda::ColumnOrder).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -108,9 +109,9 @@ int main(int argc, char** argv) {
   const double copy_gbs = 5.0 * n * sizeof(float) / copy_ms / 1e6;
   std::printf("%s, %d x %d floats; device copy of 5 floats an element: %.3f ms (%.0f GB/s)\n",
               prop.name, rows, d, copy_ms, copy_gbs);
-  std::printf("%-11s | %-37s | %-37s\n", "", "fp32: x -> y; x, dy -> dx",
+  std::printf("%-13s | %-37s | %-37s\n", "", "fp32: x -> y; x, dy -> dx",
               "training: a + b -> sum, y16; dx +=, dx16");
-  std::printf("%-11s | %7s %5s %7s %5s %9s | %7s %5s %7s %5s %9s\n", "norm", "fwd ms", "copy",
+  std::printf("%-13s | %7s %5s %7s %5s %9s | %7s %5s %7s %5s %9s\n", "norm", "fwd ms", "copy",
               "bwd ms", "copy", "bound", "fwd ms", "copy", "bwd ms", "copy", "bound");
   // floats counted per element x elements / ms, as a share of the copy's GB/s
   const auto of_copy = [&](double floats, double ms) {
@@ -123,18 +124,24 @@ int main(int argc, char** argv) {
     int groups;
     bool twice;  // its statistics read the input before the map reads it again
     cuda::RowBackward backward = cuda::RowBackward::staged;  // the row norms' backward kernel
+    cuda::ColumnOrder order = cuda::ColumnOrder::strips;     // the column passes' block order
   };
-  const cuda::RowBackward held = cuda::RowBackward::held, in_use = cuda::row_backward();
+  const cuda::RowBackward staged = cuda::RowBackward::staged, held = cuda::RowBackward::held,
+                          backward_in_use = cuda::row_backward();
+  const cuda::ColumnOrder bands = cuda::ColumnOrder::bands, order_in_use = cuda::column_order();
   for (const Kind& k :
        {Kind{"layer", "layer", 1, false}, Kind{"layer_held", "layer", 1, false, held},
         Kind{"rms", "rms", 1, false}, Kind{"rms_held", "rms", 1, false, held},
         Kind{"group8", "group", 8, false}, Kind{"group8_held", "group", 8, false, held},
-        Kind{"batch", "batch", 1, true}, Kind{"power_v", "power_v", 1, true},
-        Kind{"power", "power", 1, false}}) {
+        Kind{"batch", "batch", 1, true}, Kind{"batch_bands", "batch", 1, true, staged, bands},
+        Kind{"power_v", "power_v", 1, true},
+        Kind{"power_v_bands", "power_v", 1, true, staged, bands},
+        Kind{"power", "power", 1, false}, Kind{"power_bands", "power", 1, false, staged, bands}}) {
     if (!kinds.empty() && kinds != ",all," &&
         kinds.find("," + std::string(k.name) + ",") == std::string::npos)
       continue;
     cuda::set_row_backward(k.backward);
+    cuda::set_column_order(k.order);
     NormOptions o;
     o.kind = k.kind;
     o.groups = k.groups;
@@ -158,13 +165,14 @@ int main(int argc, char** argv) {
         },
         iters, s);
     const Passes p = passes_of(k.twice);
-    std::printf("%-11s | %7.3f %4.0f%% %7.3f %4.0f%% %4.0f/%3.0f%% | %7.3f %4.0f%% %7.3f %4.0f%% "
+    std::printf("%-13s | %7.3f %4.0f%% %7.3f %4.0f%% %4.0f/%3.0f%% | %7.3f %4.0f%% %7.3f %4.0f%% "
                 "%4.0f/%3.0f%%\n",
                 k.name, fwd_ms, of_copy(2, fwd_ms), bwd_ms, of_copy(3, bwd_ms), 200 / p.fwd,
                 300 / p.bwd, fwd_train_ms, of_copy(3.5, fwd_train_ms), bwd_train_ms,
                 of_copy(4.5, bwd_train_ms), 350 / p.fwd_train, 450 / p.bwd_train);
   }
-  cuda::set_row_backward(in_use);
+  cuda::set_row_backward(backward_in_use);
+  cuda::set_column_order(order_in_use);
   synchronize();
   return 0;
 }

@@ -974,14 +974,33 @@ const NormCase kRowCases[] = {{1, 8, 0},    {37, 48, 1},   {300, 64, 1}, {600, 4
                               {64, 96, 2},  {0, 16, 0},    {513, 33, 1}, {37, 768, 1},
                               {20, 1024, 0}, {9, 1100, 1}, {1030, 160, 1}, {2000, 128, 1}};
 
-// The row norms' backward kernels: each test below runs both (RowBackward), then restores the
-// one in use (PN_ROW_BACKWARD's, for the tests after them).
-struct RowBackwardKind {
-  cuda::RowBackward before = cuda::row_backward();
-  explicit RowBackwardKind(cuda::RowBackward kind) { cuda::set_row_backward(kind); }
-  ~RowBackwardKind() { cuda::set_row_backward(before); }
+// A kernel choice for a scope, then the one in use again (the environment's, for the tests after
+// them): the row norms' backward kernel (RowBackward) and the column passes' block order
+// (ColumnOrder); the tests below run under each.
+template <class Kind, Kind (*Get)(), void (*Set)(Kind)>
+struct KernelChoiceScope {
+  Kind before = Get();
+  explicit KernelChoiceScope(Kind kind) { Set(kind); }
+  ~KernelChoiceScope() { Set(before); }
 };
+using RowBackwardKind =
+    KernelChoiceScope<cuda::RowBackward, cuda::row_backward, cuda::set_row_backward>;
+using ColumnOrderKind =
+    KernelChoiceScope<cuda::ColumnOrder, cuda::column_order, cuda::set_column_order>;
 const cuda::RowBackward kRowBackwards[] = {cuda::RowBackward::staged, cuda::RowBackward::held};
+const cuda::ColumnOrder kColumnOrders[] = {cuda::ColumnOrder::strips, cuda::ColumnOrder::bands};
+// f(case) for every norm case under each column order.
+template <class F>
+void for_column_cases(F&& f) {
+  for (const cuda::ColumnOrder order : kColumnOrders)
+    for (const NormCase& c : kNormCases) {
+      const ColumnOrderKind in_order(order);
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " masking " +
+                   std::to_string(c.masking) +
+                   (order == cuda::ColumnOrder::bands ? " bands" : " strips"));
+      f(c);
+    }
+}
 // f(case, G) for every row case and group count 1, 2, 4 that divides d, under each backward.
 template <class F>
 void for_row_cases(F&& f) {
@@ -998,9 +1017,7 @@ void for_row_cases(F&& f) {
 
 TEST(CudaNormKernels, ColumnStatsAndDot) {
   PN_REQUIRE_GPU();
-  for (const NormCase& c : kNormCases) {
-    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " masking " +
-                 std::to_string(c.masking));
+  for_column_cases([](const NormCase& c) {
     const size_t n = size_t(c.rows) * c.d;
     const auto x = randf(n, 20, 2.f, 3.f), b = randf(n, 21);
     const auto mask = case_mask(c, 22);
@@ -1036,13 +1053,12 @@ TEST(CudaNormKernels, ColumnStatsAndDot) {
                        dsumsq.data(), kStream);
     EXPECT_EQ(dcount.download()[0], count);
     expect_close("column_stats sumsq (no mask)", dsumsq.download(), sumsq, 1e-12, 1e-9);
-  }
+  });
 }
 
 TEST(CudaNormKernels, ColumnAffineAndBackward) {
   PN_REQUIRE_GPU();
-  for (const NormCase& c : kNormCases) {
-    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d));
+  for_column_cases([](const NormCase& c) {
     const size_t n = size_t(c.rows) * c.d;
     const auto x = randf(n, 23, 2.f, 1.f), dy = randf(n, 24);
     const auto gamma = randf(c.d, 25, 0.3f, 1.f), beta = randf(c.d, 26, 0.3f);
@@ -1054,7 +1070,7 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
       a[j] = 0.1 * std::sin(j);
       b[j] = 0.2 * std::cos(j);
     }
-    DBuf<float> dx(x), ddy(dy), dgamma(gamma), dbeta(beta), dout(n);
+    DBuf<float> dx(x), ddy(dy), dgamma(gamma), dbeta(beta), dout(std::vector<float>(n, -7.f));
     DBuf<uint8_t> dmask(mask);
     DBuf<double> dshift(shift), dscale(scale), da(a), dbb(b);
     for (int variant = 0; variant < 2; ++variant) {  // batch (shift, a, beta) / PN (none)
@@ -1086,7 +1102,7 @@ TEST(CudaNormKernels, ColumnAffineAndBackward) {
                                  nullptr, kStream);
       EXPECT_EQ(dsum.download(), added_to(base, dout.download()));
     }
-  }
+  });
 }
 
 // The parameter gradients' absolute tolerance: the CPU sums chunks of 256 rows in float, whose
@@ -1238,76 +1254,156 @@ TEST(CudaNormKernels, ResidualLayerNormIsTheAddThenTheNorm) {
 // dropout_add, column_stats and column_affine (with and without the residual add, with dropout,
 // in fp32 and bf16 outputs); column_backward_dot is column_dot and column_norm_backward (dx set
 // and added); column_affine under a device `when` of 0 writes nothing.
-TEST(CudaNormKernels, FusedPassesAreTheirParts) {
+// Every column pass gives the same bits in either block order (the blocks and their sums are
+// the same; only the order they are handed out in differs), over more chunks than column tiles
+// and a partial tile: the fused statistics and map with the residual add and dropout, the map
+// alone, the backward with and without its sums, and a bias gradient.
+TEST(CudaNormKernels, ColumnOrdersGiveTheSameBits) {
   PN_REQUIRE_GPU();
-  const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
+  const int rows = 2100, d = 200;  // 9 row chunks, 7 column tiles
   const size_t n = size_t(rows) * d;
-  const auto a = randf(n, 130, 1.2f, 0.4f), b = randf(n, 131), dy = randf(n, 132);
-  const auto gamma = randf(d, 133, 0.2f, 1.f), beta = randf(d, 134, 0.3f);
-  const auto mask = random_mask(rows, 135);
+  const auto a = randf(n, 140, 1.1f, 0.3f), b = randf(n, 141), dy = randf(n, 142);
+  const auto gamma = randf(d, 143, 0.2f, 1.f), beta = randf(d, 144, 0.3f);
+  const auto mask = random_mask(rows, 145);
   std::vector<uint8_t> keep(n);
-  for (size_t i = 0; i < n; ++i) keep[i] = i % 5 != 0;
+  for (size_t i = 0; i < n; ++i) keep[i] = i % 7 != 0;
   std::vector<double> shift(d), scale(d), nu(d);
   for (int c = 0; c < d; ++c)
-    shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
+    shift[c] = 0.01 * c, scale[c] = 0.8 + 0.002 * c, nu[c] = 0.05 - 1e-3 * c;
   DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
   DBuf<uint8_t> dmask(mask), dkeep(keep);
   DBuf<double> dshift(shift), dscale(scale), dnu(nu);
-  const float p = 0.2f;
-  for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
-    SCOPED_TRACE("form " + std::to_string(form));
-    const float* rb = form ? db.data() : nullptr;
-    const uint8_t* rk = form == 2 ? dkeep.data() : nullptr;
-    DBuf<float> x1(n), x2(n), y1(n), y2(n);
-    DBuf<uint16_t> h1(n), h2(n);
-    DBuf<double> st1(1 + 2 * size_t(d)), st2(1 + 2 * size_t(d));
-    // The fused pass.
-    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
-                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
-                              dscale.data(), dgm.data(), dbt.data(), y1.data(), nullptr, kStream);
-    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
-                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
-                              dscale.data(), dgm.data(), dbt.data(), nullptr, h1.data(), kStream);
-    // Its parts.
-    const float* x = da.data();
-    if (form) {
-      cuda::dropout_add(da.data(), db.data(), rk, p, n, x2.data(), kStream);
-      x = x2.data();
+  struct Out {
+    std::vector<float> x, y, dx_set, dx_added, dx_dot, bias;
+    std::vector<uint16_t> y16;
+    std::vector<double> stats, sums;
+  };
+  const auto run = [&](cuda::ColumnOrder order) {
+    const ColumnOrderKind in_order(order);
+    // outputs filled first, so that a block left out shows (device memory freed by the other
+    // order's run comes back with its values)
+    const std::vector<float> unset(n, -7.f);
+    DBuf<float> x(unset), y(unset), dx(unset), dx_added(b), dx_dot(b);
+    DBuf<float> bias(std::vector<float>(d, 0.5f));
+    DBuf<uint16_t> y16(std::vector<uint16_t>(n, 0xffff));
+    DBuf<double> st(std::vector<double>(1 + 2 * size_t(d), -7.0));
+    DBuf<double> sums(std::vector<double>(2 * size_t(d), -7.0));
+    cuda::column_stats_affine(da.data(), db.data(), dkeep.data(), 0.1f, x.data(), dmask.data(),
+                              rows, d, dshift.data(), st.data(), st.data() + 1,
+                              st.data() + 1 + d, dscale.data(), dgm.data(), dbt.data(), nullptr,
+                              y16.data(), kStream);
+    cuda::column_affine(x.data(), rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
+                        y.data(), nullptr, nullptr, kStream);
+    cuda::column_norm_backward(x.data(), ddy.data(), dmask.data(), rows, d, dshift.data(),
+                               dscale.data(), dgm.data(), dnu.data(), dnu.data(), dx.data(),
+                               false, nullptr, kStream);
+    cuda::column_norm_backward(x.data(), ddy.data(), dmask.data(), rows, d, dshift.data(),
+                               dscale.data(), dgm.data(), dnu.data(), dnu.data(),
+                               dx_added.data(), true, nullptr, kStream);
+    cuda::column_backward_dot(x.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
+                              dgm.data(), dnu.data(), dx_dot.data(), true, nullptr, sums.data(),
+                              sums.data() + d, kStream);
+    cuda::bias_grad(ddy.data(), rows, d, bias.data(), kStream);
+    return Out{x.download(),  y.download(),   dx.download(),   dx_added.download(),
+               dx_dot.download(), bias.download(), y16.download(), st.download(),
+               sums.download()};
+  };
+  // bands first: a chunk whose partial sums it left out would otherwise find strips' in the
+  // scratch memory the passes share
+  const Out bands = run(cuda::ColumnOrder::bands), strips = run(cuda::ColumnOrder::strips);
+  expect_equal("x", bands.x, strips.x);
+  expect_equal("y", bands.y, strips.y);
+  expect_equal("y in bf16", bands.y16, strips.y16);
+  expect_equal("statistics", bands.stats, strips.stats);
+  expect_equal("dx", bands.dx_set, strips.dx_set);
+  expect_equal("dx added", bands.dx_added, strips.dx_added);
+  expect_equal("dx with its sums", bands.dx_dot, strips.dx_dot);
+  expect_equal("the sums", bands.sums, strips.sums);
+  expect_equal("bias gradient", bands.bias, strips.bias);
+  // and the sums are the CPU's, to the summation order
+  std::vector<double> sa(d), sab(d);
+  k::column_dot<float>(dy.data(), strips.x.data(), mask.data(), rows, d, nullptr, sa.data(),
+                       sab.data());
+  const std::vector<double> sum_dy(bands.sums.begin(), bands.sums.begin() + d),
+      sum_dy_x(bands.sums.begin() + d, bands.sums.end());
+  expect_close("sum dy", sum_dy, sa, 1e-12, 1e-9);
+  expect_close("sum dy x", sum_dy_x, sab, 1e-12, 1e-9);
+}
+
+TEST(CudaNormKernels, FusedPassesAreTheirParts) {
+  PN_REQUIRE_GPU();
+  for (const cuda::ColumnOrder order : kColumnOrders) {
+    const ColumnOrderKind in_order(order);
+    SCOPED_TRACE(order == cuda::ColumnOrder::bands ? "bands" : "strips");
+    const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
+    const size_t n = size_t(rows) * d;
+    const auto a = randf(n, 130, 1.2f, 0.4f), b = randf(n, 131), dy = randf(n, 132);
+    const auto gamma = randf(d, 133, 0.2f, 1.f), beta = randf(d, 134, 0.3f);
+    const auto mask = random_mask(rows, 135);
+    std::vector<uint8_t> keep(n);
+    for (size_t i = 0; i < n; ++i) keep[i] = i % 5 != 0;
+    std::vector<double> shift(d), scale(d), nu(d);
+    for (int c = 0; c < d; ++c)
+      shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
+    DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
+    DBuf<uint8_t> dmask(mask), dkeep(keep);
+    DBuf<double> dshift(shift), dscale(scale), dnu(nu);
+    const float p = 0.2f;
+    for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
+      SCOPED_TRACE("form " + std::to_string(form));
+      const float* rb = form ? db.data() : nullptr;
+      const uint8_t* rk = form == 2 ? dkeep.data() : nullptr;
+      DBuf<float> x1(n), x2(n), y1(n), y2(n);
+      DBuf<uint16_t> h1(n), h2(n);
+      DBuf<double> st1(1 + 2 * size_t(d)), st2(1 + 2 * size_t(d));
+      // The fused pass.
+      cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                                dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                                dscale.data(), dgm.data(), dbt.data(), y1.data(), nullptr, kStream);
+      cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                                dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                                dscale.data(), dgm.data(), dbt.data(), nullptr, h1.data(), kStream);
+      // Its parts.
+      const float* x = da.data();
+      if (form) {
+        cuda::dropout_add(da.data(), db.data(), rk, p, n, x2.data(), kStream);
+        x = x2.data();
+      }
+      cuda::column_stats(x, dmask.data(), rows, d, dshift.data(), st2.data(), st2.data() + 1,
+                         st2.data() + 1 + d, kStream);
+      cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
+                          y2.data(), nullptr, nullptr, kStream);
+      cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(), nullptr,
+                          h2.data(), nullptr, kStream);
+      if (form) expect_equal("x", x1.download(), x2.download());
+      expect_equal("statistics", st1.download(), st2.download());
+      expect_equal("y", y1.download(), y2.download());
+      expect_equal("y in bf16", h1.download(), h2.download());
     }
-    cuda::column_stats(x, dmask.data(), rows, d, dshift.data(), st2.data(), st2.data() + 1,
-                       st2.data() + 1 + d, kStream);
-    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
-                        y2.data(), nullptr, nullptr, kStream);
-    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(), nullptr,
-                        h2.data(), nullptr, kStream);
-    if (form) expect_equal("x", x1.download(), x2.download());
-    expect_equal("statistics", st1.download(), st2.download());
-    expect_equal("y", y1.download(), y2.download());
-    expect_equal("y in bf16", h1.download(), h2.download());
-  }
-  // column_affine under when = 0 leaves y, under when = 1 writes it.
-  DBuf<double> off(std::vector<double>{0.0}), on(std::vector<double>{1.0});
-  DBuf<float> y(std::vector<float>(n, 7.f));
-  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
-                      y.data(), nullptr, off.data(), kStream);
-  expect_equal("y under when = 0", y.download(), std::vector<float>(n, 7.f));
-  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
-                      y.data(), nullptr, on.data(), kStream);
-  EXPECT_NE(y.download()[0], 7.f) << "column_affine under when = 1 wrote nothing";
-  for (int add = 0; add < 2; ++add) {
-    SCOPED_TRACE(add ? "dx added" : "dx set");
-    DBuf<float> dx1(b), dx2(b);
-    DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
-    cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
-                              dgm.data(), dnu.data(), dx1.data(), add, nullptr, s1.data(),
-                              s1.data() + d, kStream);
-    cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
-                     s2.data() + d, kStream);
-    cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
-                               dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
-                               nullptr, kStream);
-    expect_equal("sums", s1.download(), s2.download());
-    expect_equal("dx", dx1.download(), dx2.download());
+    // column_affine under when = 0 leaves y, under when = 1 writes it.
+    DBuf<double> off(std::vector<double>{0.0}), on(std::vector<double>{1.0});
+    DBuf<float> y(std::vector<float>(n, 7.f));
+    cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                        y.data(), nullptr, off.data(), kStream);
+    expect_equal("y under when = 0", y.download(), std::vector<float>(n, 7.f));
+    cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                        y.data(), nullptr, on.data(), kStream);
+    EXPECT_NE(y.download()[0], 7.f) << "column_affine under when = 1 wrote nothing";
+    for (int add = 0; add < 2; ++add) {
+      SCOPED_TRACE(add ? "dx added" : "dx set");
+      DBuf<float> dx1(b), dx2(b);
+      DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
+      cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
+                                dgm.data(), dnu.data(), dx1.data(), add, nullptr, s1.data(),
+                                s1.data() + d, kStream);
+      cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
+                       s2.data() + d, kStream);
+      cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
+                                 dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
+                                 nullptr, kStream);
+      expect_equal("sums", s1.download(), s2.download());
+      expect_equal("dx", dx1.download(), dx2.download());
+    }
   }
 }
 
