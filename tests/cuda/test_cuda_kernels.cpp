@@ -1254,6 +1254,36 @@ TEST(CudaNormKernels, ResidualLayerNormIsTheAddThenTheNorm) {
 // dropout_add, column_stats and column_affine (with and without the residual add, with dropout,
 // in fp32 and bf16 outputs); column_backward_dot is column_dot and column_norm_backward (dx set
 // and added); column_affine under a device `when` of 0 writes nothing.
+// The inputs of the column passes' tests, on the host and the device: a, b, dy (rows x d),
+// gamma, beta, a row mask, a dropout mask that drops every `drop`-th value, and per-column shift,
+// scale and nu.
+struct ColumnInputs {
+  std::vector<float> a, b, dy, gamma, beta;
+  std::vector<uint8_t> mask, keep;
+  std::vector<double> shift, scale, nu;
+  DBuf<float> da, db, ddy, dgm, dbt;
+  DBuf<uint8_t> dmask, dkeep;
+  DBuf<double> dshift, dscale, dnu;
+  ColumnInputs(int rows, int d, uint64_t seed, int drop)
+      : a(randf(size_t(rows) * d, seed, 1.2f, 0.4f)),
+        b(randf(size_t(rows) * d, seed + 1)),
+        dy(randf(size_t(rows) * d, seed + 2)),
+        gamma(randf(d, seed + 3, 0.2f, 1.f)),
+        beta(randf(d, seed + 4, 0.3f)),
+        mask(random_mask(rows, seed + 5)),
+        keep(size_t(rows) * d),
+        shift(d),
+        scale(d),
+        nu(d) {
+    for (size_t i = 0; i < keep.size(); ++i) keep[i] = i % drop != 0;
+    for (int c = 0; c < d; ++c)
+      shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
+    da.upload(a), db.upload(b), ddy.upload(dy), dgm.upload(gamma), dbt.upload(beta);
+    dmask.upload(mask), dkeep.upload(keep);
+    dshift.upload(shift), dscale.upload(scale), dnu.upload(nu);
+  }
+};
+
 // Every column pass gives the same bits in either block order (the blocks and their sums are
 // the same; only the order they are handed out in differs), over more chunks than column tiles
 // and a partial tile: the fused statistics and map with the residual add and dropout, the map
@@ -1262,17 +1292,12 @@ TEST(CudaNormKernels, ColumnOrdersGiveTheSameBits) {
   PN_REQUIRE_GPU();
   const int rows = 2100, d = 200;  // 9 row chunks, 7 column tiles
   const size_t n = size_t(rows) * d;
-  const auto a = randf(n, 140, 1.1f, 0.3f), b = randf(n, 141), dy = randf(n, 142);
-  const auto gamma = randf(d, 143, 0.2f, 1.f), beta = randf(d, 144, 0.3f);
-  const auto mask = random_mask(rows, 145);
-  std::vector<uint8_t> keep(n);
-  for (size_t i = 0; i < n; ++i) keep[i] = i % 7 != 0;
-  std::vector<double> shift(d), scale(d), nu(d);
-  for (int c = 0; c < d; ++c)
-    shift[c] = 0.01 * c, scale[c] = 0.8 + 0.002 * c, nu[c] = 0.05 - 1e-3 * c;
-  DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
-  DBuf<uint8_t> dmask(mask), dkeep(keep);
-  DBuf<double> dshift(shift), dscale(scale), dnu(nu);
+  ColumnInputs in(rows, d, 140, 7);
+  auto &da = in.da, &db = in.db, &ddy = in.ddy, &dgm = in.dgm, &dbt = in.dbt;
+  auto &dmask = in.dmask, &dkeep = in.dkeep;
+  auto &dshift = in.dshift, &dscale = in.dscale, &dnu = in.dnu;
+  const auto &b = in.b, &dy = in.dy;
+  const auto& mask = in.mask;
   struct Out {
     std::vector<float> x, y, dx_set, dx_added, dx_dot, bias;
     std::vector<uint16_t> y16;
@@ -1337,17 +1362,11 @@ TEST(CudaNormKernels, FusedPassesAreTheirParts) {
     SCOPED_TRACE(order == cuda::ColumnOrder::bands ? "bands" : "strips");
     const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
     const size_t n = size_t(rows) * d;
-    const auto a = randf(n, 130, 1.2f, 0.4f), b = randf(n, 131), dy = randf(n, 132);
-    const auto gamma = randf(d, 133, 0.2f, 1.f), beta = randf(d, 134, 0.3f);
-    const auto mask = random_mask(rows, 135);
-    std::vector<uint8_t> keep(n);
-    for (size_t i = 0; i < n; ++i) keep[i] = i % 5 != 0;
-    std::vector<double> shift(d), scale(d), nu(d);
-    for (int c = 0; c < d; ++c)
-      shift[c] = 0.02 * c, scale[c] = 0.7 + 0.01 * c, nu[c] = 0.1 - 3e-3 * c;
-    DBuf<float> da(a), db(b), ddy(dy), dgm(gamma), dbt(beta);
-    DBuf<uint8_t> dmask(mask), dkeep(keep);
-    DBuf<double> dshift(shift), dscale(scale), dnu(nu);
+    ColumnInputs in(rows, d, 130, 5);
+    auto &da = in.da, &db = in.db, &ddy = in.ddy, &dgm = in.dgm, &dbt = in.dbt;
+    auto &dmask = in.dmask, &dkeep = in.dkeep;
+    auto &dshift = in.dshift, &dscale = in.dscale, &dnu = in.dnu;
+    const auto& b = in.b;
     const float p = 0.2f;
     for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
       SCOPED_TRACE("form " + std::to_string(form));
