@@ -1466,7 +1466,7 @@ def main():
                         "learning curves, early stopping, tuned PN alphas; hours per cell")
     g.add_argument("--long", dest="preset", action="store_const", const="long",
                    help="the medium recipe to the paper's 30 epochs and early stopping "
-                        "(configs/reproduce_long_ptb.ini): about 90 minutes of a core per cell")
+                        "(configs/reproduce_long_ptb.ini): one to four hours of a core per cell")
     g.add_argument("--full", dest="preset", action="store_const", const="full",
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
