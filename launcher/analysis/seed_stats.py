@@ -1,9 +1,20 @@
 """Statistics over seeds for the reproduction reports: mean and sample standard deviation, and
 the difference of two norms' means with Welch's 95% confidence interval and two-sided p-value.
 Standard library only (the GPU machine and CI have no scipy): Student's t distribution through
-the regularized incomplete beta function, evaluated by its continued fraction."""
+the regularized incomplete beta function, evaluated by its continued fraction.
+
+As a command, two groups of finished cells (each a directory with the eval.json that reproduce
+writes) compared as the reports compare norms: each cell's best validation and test perplexity,
+each group's mean and standard deviation, and the first group's difference to the second with
+Welch's interval, for cells that no report puts side by side:
+
+    seed_stats.py LABEL_A 'CELLS_A' LABEL_B 'CELLS_B'    (CELLS: a glob or a comma list)"""
+import glob
+import json
 import math
+import os
 import statistics
+import sys
 
 
 def finite(vals):
@@ -98,3 +109,42 @@ def describe_difference(label, ref_label, w, unit):
     return "%s − %s: %+.2f %s, 95%% CI [%+.2f, %+.2f] (Welch, df %.1f, p = %.3f, %d vs %d seeds); %s." % (
         label, ref_label, w["diff"], unit, w["lo"], w["hi"], w["df"], w["p"], w["na"], w["nb"],
         verdict)
+
+
+def cell_results(pattern):
+    """[(cell directory, best valid ppl, test ppl)] of the finished cells a glob or comma list
+    names, sorted; exits with a message when none has finished."""
+    dirs = sorted(set(d for part in pattern.split(",") for d in glob.glob(part.strip())))
+    cells = []
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "eval.json")) as f:
+                e = json.load(f)
+            cells.append((d, e["valid_ppl"], e["test_ppl"]))
+        except (OSError, ValueError, KeyError):
+            print("seed_stats: %s has no finished eval.json: left out" % d, file=sys.stderr)
+    if not cells:
+        sys.exit("seed_stats: no finished cell (a directory with eval.json) matches '%s'" %
+                 pattern)
+    return cells
+
+
+def main(argv):
+    if len(argv) != 4:
+        sys.exit("usage: seed_stats.py LABEL_A 'CELLS_A' LABEL_B 'CELLS_B' (CELLS: a glob or a "
+                 "comma list of cell directories)")
+    groups = [(argv[0], cell_results(argv[1])), (argv[2], cell_results(argv[3]))]
+    for label, cells in groups:
+        print("%s:" % label)
+        for d, valid, test in cells:
+            print("  %s: best valid ppl %.2f, its test ppl %.2f" % (d, valid, test))
+        for what, k in (("test", 2), ("valid", 1)):
+            m, sd, n = mean_sd([c[k] for c in cells])
+            print("  %s ppl %.2f ± %.2f over %d" % (what, m, sd, n))
+    (la, a), (lb, b) = groups
+    for what, k in (("test ppl", 2), ("valid ppl", 1)):
+        print(describe_difference(la, lb, welch([c[k] for c in a], [c[k] for c in b]), what))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -37,6 +37,9 @@
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first); then profile_power [75], the same
 #                   with --norm power (profile_power_kernels.txt)
+#   kernel_choices  [100] only when --steps names it: GPT-2 small in bf16, 40 updates each of
+#                   layer, batch and power with the default kernels and with the second ones
+#                   (PN_ROW_BACKWARD=held, PN_COLUMN_ORDER=bands): tokens/s side by side
 #   throughput_*    [20-25 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
 #                   micro-steps as CUDA graphs, then launch by launch: --cuda-graphs off) and
 #                   tf32 and on the CPU; configs/reproduce_long_ptb.ini (the --long cells'
@@ -251,6 +254,40 @@ if [[ "$ONLY" == *",norm_profile,"* ]]; then
     --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
     "$B/bin/pnbench_cuda_norms" 16384 768 layer,layer_held,batch,batch_bands,power 1
+fi
+if [[ "$ONLY" == *",kernel_choices,"* ]] && [ -d "$B/wikitext-2" ]; then
+  # The second kernels (cuda::RowBackward held, cuda::ColumnOrder bands) over whole bf16 updates
+  # of GPT-2 small, beside the defaults, one norm after another: where the norm bench says a
+  # second kernel is faster, this says what it gives training, without a second call.
+  step kernel_choices 100 "${bundled[@]}" bash -c '
+    for norm in layer batch power; do
+      for choice in default second; do
+        kernels=(); [ $choice = second ] && kernels=(PN_ROW_BACKWARD=held PN_COLUMN_ORDER=bands)
+        echo "== $norm, $choice kernels ${kernels[*]}"
+        env "${kernels[@]}" "$0/bin/pntrain" --config "$1/configs/gpt2_small_wt2.ini" \
+          --data "$0/wikitext-2" --norm $norm --device cuda --precision bf16 --dropout 0 \
+          --max-update 40 --validate-interval-updates 0 --log-interval 5 \
+          --metrics "$2/kernel_choices_${norm}_$choice.jsonl" 2>&1 | tail -n 2
+        [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
+      done
+    done' "$B" "$ROOT" "$OUT"
+  ls "$OUT"/kernel_choices_*.jsonl > /dev/null 2>&1 &&
+  python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
+import json, statistics, sys
+out = sys.argv[1]
+def rate(norm, choice):  # the median tokens/s of the progress lines after the first two
+    try:
+        rows = [json.loads(l) for l in open(f"{out}/kernel_choices_{norm}_{choice}.jsonl")]
+        return round(statistics.median([r["tokens_per_s"] for r in rows
+                                        if "tokens_per_s" in r][2:]))
+    except Exception:
+        return None
+for norm in ("layer", "batch", "power"):
+    d, s = rate(norm, "default"), rate(norm, "second")
+    print(f"{'kernel_choices':<20} gpt2_small_wt2 bf16 {norm}: tokens/s default kernels {d}, "
+          f"held row backward + column bands {s}, second/default "
+          f"{s / d:.3f}" if d and s else f"{'kernel_choices':<20} {norm}: not measured")
+PY
 fi
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit

@@ -86,6 +86,16 @@ w = welch([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])   # diff -2, se sqrt(5/3), df 2.94, 
 assert abs(w["diff"] + 2) < 1e-12 and abs(w["df"] - 2.9412) < 1e-3 and 0.21 < w["p"] < 0.23, w
 assert abs(w["lo"] + 6.155) < 0.01 and abs(w["hi"] - 2.155) < 0.01, w
 assert welch([1.0], [2.0, 3.0]) is None' || fail "seed_stats: Welch against values by hand"
+# seed_stats as a command: two groups of cells (globs) compared as the report compares norms; a
+# group without a finished cell is refused by name.
+out=$("$py" "$here/../../launcher/analysis/seed_stats.py" PN "$tmp/md/table/power_s*" \
+      LN "$tmp/md/table/layer_s1,$tmp/md/table/layer_s2" 2>&1) || fail "seed_stats command: $out"
+grep -q "^PN − LN: [-+][0-9.]* test ppl, 95% CI \[[-+][0-9.]*, [-+][0-9.]*\] (Welch, .* 2 vs 2 seeds)" \
+  <<<"$out" || fail "seed_stats command: no interval: $out"
+out=$("$py" "$here/../../launcher/analysis/seed_stats.py" PN "$tmp/md/nothing*" LN \
+      "$tmp/md/table/layer_s*" 2>&1) && fail "seed_stats command: a group without cells passed"
+grep -q "no finished cell .* matches '$tmp/md/nothing\*'" <<<"$out" ||
+  fail "seed_stats command: the empty group not named: $out"
 # The dropout control: every norm at each dropout, the config's 0.3 being the table's cell.
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
       --norms layer,power --dropouts 0.1,0.3 --out "$tmp/md" -- "${mflags[@]}" 2>&1); rc=$?
