@@ -4,8 +4,10 @@
 # rank-local ones, validation and a save. Their metrics lines (minus the wall-clock fields) and
 # their last checkpoint are compared with those in tests/reference/runs/<arch>/ by
 # tests/cli/reference_compare.py: byte for byte on the CPU the reference was recorded on
-# (tests/reference/cpu.txt), within the tolerances stated there on any other (OpenBLAS picks its
-# kernels by CPU, so sums run in another order). A checkpoint header is compared as options: an
+# (tests/reference/cpu.txt: its model name, family, model and vector instruction sets, since one
+# model name, "AMD EPYC" say, covers CPUs with and without AVX-512), within the tolerances stated
+# there on any other (OpenBLAS and oneDNN pick their kernels by CPU, so sums run in another
+# order). A checkpoint header is compared as options: an
 # option added later that changes nothing passes, one whose value changed fails. Each run also
 # checks the comparison itself (edited copies of the reference must fail, or pass).
 # Usage: reference_runs.sh REPO_ROOT PNTRAIN MPIRUN... ; REFERENCE_RECORD=1 rewrites the
@@ -15,7 +17,9 @@ root="$1" pntrain="$2"; shift 2
 mpirun=("$@")
 ref="$root/tests/reference"
 py=$(command -v python3) || { echo "skipped: no python3"; exit 77; }
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+field() { sed -n "s/^$1[[:space:]]*: //p" /proc/cpuinfo | head -1; }
+isa=$(field flags | tr ' ' '\n' | grep -E '^(avx|amx|fma)' | sort | tr '\n' ' ' | sed 's/ $//')
+cpu="$(field 'model name'); family $(field 'cpu family'), model $(field model); $isa"
 mode=--exact
 if [ "${PN_REFERENCE_MODE:-}" = tolerance ] || [ "$cpu" != "$(cat "$ref/cpu.txt")" ]; then
   mode=--tolerance
