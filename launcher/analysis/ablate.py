@@ -28,6 +28,7 @@ Usage: ablate.py --pntrain BUILD/bin/pntrain [--quick|--full] [--norms layer,bat
 """
 import argparse
 import csv
+import hashlib
 import math
 import os
 import re
@@ -63,16 +64,25 @@ def die(msg):
     sys.exit(2)
 
 
-def read_ini(path):
-    """The key = value lines of a pntrain INI file (no sections)."""
-    vals = {}
-    with open(path) as f:
+def ini_settings(path):
+    """The lines of a pntrain INI file as Boost's parser reads them, in file order: '#' to the
+    line's end is a comment, blank lines and the blanks around a key and its value do not count;
+    a key = value line comes as (key, value), any other line as (line, None)."""
+    settings = []
+    with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.split("#", 1)[0].strip()
             if "=" in line:
                 k, v = line.split("=", 1)
-                vals[k.strip()] = v.strip()
-    return vals
+                settings.append((k.strip(), v.strip()))
+            elif line:
+                settings.append((line, None))
+    return settings
+
+
+def read_ini(path):
+    """The key = value lines of a pntrain INI file (no sections)."""
+    return {k: v for k, v in ini_settings(path) if v is not None}
 
 
 def flag_value(extra, name, default):
@@ -95,6 +105,22 @@ def mpirun_prefix(ranks):
     if ranks > (os.cpu_count() or 1):
         cmd.append("--oversubscribe")
     return cmd
+
+
+def config_settings_digest(path):
+    """A digest of what pntrain reads from a config file (ini_settings), in file order."""
+    text = "\n".join(k if v is None else k + "=" + v for k, v in ini_settings(path))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell_command(words, config, out):
+    """The command a cell records in its cmd.txt and is known by: paths as placeholders, so that
+    a clone elsewhere (with the cells committed or copied) recognises its cells, and the digest
+    of the config's settings, so that a changed value runs the cell afresh while comments and
+    spacing, which pntrain does not read, change nothing."""
+    text = " ".join(words).replace(out, "<out>").replace(ROOT, "<root>").replace(
+        os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>")
+    return text + " <config settings sha256 %s>" % config_settings_digest(config)
 
 
 def finished(cell_dir, max_update, cmd_text):
@@ -284,7 +310,7 @@ def main():
             args += ["--stats-batch-tokens", str(m // R)]
         args += ["--metrics", metrics] + extra
         cmd = mpirun_prefix(R) + [os.path.abspath(a.pntrain)] + args
-        cmd_text = " ".join(mpirun_prefix(R) + ["pntrain"] + args)
+        cmd_text = cell_command(mpirun_prefix(R) + ["pntrain"] + args, config, out)
         # Translation: BLEU of beam search with the last checkpoint, after training.
         eval_cmd = cmd + ["--eval-only", "--beam", str(a.beam), "--remove-bpe",
                           "--gen-max-sentences", str(gen_sentences)]

@@ -55,7 +55,7 @@ import subprocess
 import sys
 import time
 
-from ablate import finished, flag_value, mpirun_prefix, read_ini
+from ablate import cell_command, finished, flag_value, mpirun_prefix, read_ini
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 from seed_stats import describe_difference, mean_sd, welch
 
@@ -173,8 +173,8 @@ class Runner:
     def __init__(self, a, extra, config, data, translation, seeds):
         self.a, self.extra, self.config, self.data = a, extra, config, data
         self.seeds = seeds
-        with open(config, "rb") as f:
-            self.config_digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        with open(config, "rb") as f:  # the former digest, of the bytes, still names its cells
+            self.config_bytes_digest = hashlib.sha256(f.read()).hexdigest()[:16]
         self.translation = translation
         self.ini = read_ini(config)
         self.max_update = int(flag_value(extra, "max-update", self.ini.get("max-update", "1000")))
@@ -204,7 +204,8 @@ class Runner:
         os.makedirs(cell_dir, exist_ok=True)
         args = self.base_args(norm, norm_flags, seed, cell_dir, probe)
         cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
-        cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args)
+        cmd_text = cell_command(mpirun_prefix(self.a.ranks) + ["pntrain"] + args, self.config,
+                                self.a.out)
         eval_path = os.path.join(cell_dir, "eval.json")
         if finished(cell_dir, self.max_update, cmd_text) and os.path.exists(eval_path):
             print("%s: done before, skipped" % tag, flush=True)
@@ -300,19 +301,17 @@ class Runner:
         run before with the same command continues from its last checkpoint, one of another
         command starts afresh. trained.json records the training seconds over every attempt."""
         cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
-        # Paths as placeholders, so that a clone elsewhere (with the cells committed or copied)
-        # recognises its cells.
-        # The config's digest too, so that a cell of an edited config is not taken as done. It
-        # covers the file's bytes, comments included: editing a preset's config, even a comment,
-        # makes every committed cell of it run afresh (and its directory is cleared first).
-        cmd_text = " ".join(mpirun_prefix(self.a.ranks) + ["pntrain"] + args).replace(
-            self.a.out, "<out>").replace(ROOT, "<root>").replace(
-                os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>") + \
-            " <config sha256 %s>" % self.config_digest
+        # A cell of another command or of a changed config value runs afresh, its directory
+        # cleared first (cell_command); one recorded under the former digest of the config's
+        # bytes is the same cell while those bytes are.
+        cmd_text = cell_command(mpirun_prefix(self.a.ranks) + ["pntrain"] + args, self.config,
+                                self.a.out)
+        former = cmd_text[:cmd_text.rindex(" <config settings")] + \
+            " <config sha256 %s>" % self.config_bytes_digest
         cmd_path, trained = (os.path.join(cell_dir, n) for n in ("cmd.txt", "trained.json"))
         try:
             with open(cmd_path) as f:
-                same = f.read().strip() == cmd_text
+                same = f.read().strip() in (cmd_text, former)
         except OSError:
             same = False
         if same and os.path.exists(trained):

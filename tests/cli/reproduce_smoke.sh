@@ -10,12 +10,13 @@ py=/usr/bin/python3; [ -x "$py" ] || py=python3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures+1)); }
-args=(--pntrain "$pntrain" --config "$here/../../configs/ablate_quick.ini" --data builtin
+cp "$here/../../configs/ablate_quick.ini" "$tmp/quick.ini"
+args=(--pntrain "$pntrain" --config "$tmp/quick.ini" --data builtin
       --seeds 1,2 --mini-batches 512,1024 --ablation-norms power --update-tokens 1024
-      --out "$tmp/rp" --
-      --max-update 6 --validate-interval-updates 3 --warmup-updates 2 --decoder-layers 1
-      --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --threads 1)
-out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" 2>&1); rc=$?
+      --out "$tmp/rp")
+extra=(-- --max-update 6 --validate-interval-updates 3 --warmup-updates 2 --decoder-layers 1
+       --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --threads 1)
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" "${extra[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "first run: exit $rc"
 report="$tmp/rp/REPORT.md"
@@ -31,10 +32,21 @@ if [ ! -f "$report" ]; then fail "no REPORT.md"; else
     grep -q "^| 1 | [0-9.e+-]* |" "$report" || fail "no PN warmup row for update 1"
   fi
 fi
-out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" 2>&1); rc=$?
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" "${extra[@]}" 2>&1); rc=$?
 [ $rc -eq 0 ] || fail "second run: exit $rc"
 skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 12 ] || fail "second run skipped $skipped of 12 cells (10 table, 2 ablation): $out"
+# The config's settings name its cells, not its bytes: comments and spacing change nothing, a
+# changed value runs the cell afresh.
+one_cell() { "$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" --norms layer --seeds 1 \
+  --no-ablation "${extra[@]}" 2>&1; }
+sed -i 's/^lr = /lr   =    /; s/^dropout = 0.0/dropout = 0.0  # none/' "$tmp/quick.ini"
+printf '# a comment\n\n' >>"$tmp/quick.ini"
+out=$(one_cell)
+grep -q "layer .*seed 1: done before, skipped" <<<"$out" || fail "a comment reran LN: $out"
+sed -i 's/^dropout = 0.0 /dropout = 0.1 /' "$tmp/quick.ini"
+out=$(one_cell)
+grep -q "layer .*seed 1: running" <<<"$out" || fail "a changed dropout did not rerun LN: $out"
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
   --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "unknown foo" <<<"$out"; } || fail "--norms foo: exit $rc: $out"
@@ -65,6 +77,11 @@ skipped=$(grep -c "done before, skipped" <<<"$out")
 grep -q "layer .*seed 1: resuming" <<<"$out" || fail "medium rerun did not resume LN: $out"
 [ "$(grep "^| LN | 1 |" "$report" | cut -d'|' -f1-6)" = "$(cut -d'|' -f1-6 <<<"$ln_row")" ] ||
   fail "medium: resumed LN row differs: $ln_row vs $(grep "^| LN | 1 |" "$report")"
+# A cell recorded under the former digest, of the config's bytes, is the same cell.
+bytes=$(sha256sum "$here/../../configs/reproduce_medium_ptb.ini" | cut -c1-16)
+sed -i "s/<config settings sha256 [0-9a-f]*>/<config sha256 $bytes>/" "$tmp/md/table/layer_s1/cmd.txt"
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${margs[@]}" 2>&1)
+grep -q "layer .*seed 1: done before, skipped" <<<"$out" || fail "medium: the bytes' digest reran LN: $out"
 # A second seed reuses PN's alpha chosen with seed 1: its tuning runs are not run again.
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
       --norms power --seeds 2 --out "$tmp/md" -- "${mflags[@]}" 2>&1)
