@@ -404,6 +404,29 @@ void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* ga
   }
 }
 
+// The row-group backward passes' walk: chunks of kRowChunk rows (one thread each), each with its
+// part_width partial column sums in part zeroed first (none where part is null); a row outside
+// the mask gets dx 0 (or keeps it, when adding), and group(r, j, pg) runs for each group j of
+// each live row r, pg being its chunk's partials.
+template <class T, class Group>
+void rowgroup_backward_chunks(const uint8_t* mask, int rows, int d, int G, T* dx, bool add_to_dx,
+                              T* part, size_t part_width, const Group& group) {
+  const int nch = nchunks(rows);
+#pragma omp parallel for schedule(static) if (big(rows, d))
+  for (int ch = 0; ch < nch; ++ch) {
+    T* pg = part ? part + size_t(ch) * part_width : nullptr;
+    if (pg) std::fill(pg, pg + part_width, T(0));
+    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
+    for (int r = ch * kRowChunk; r < r1; ++r) {
+      if (!live(mask, r)) {
+        if (!add_to_dx) std::fill(dx + size_t(r) * d, dx + size_t(r + 1) * d, T(0));
+        continue;
+      }
+      for (int j = 0; j < G; ++j) group(r, j, pg);
+    }
+  }
+}
+
 template <class T>
 void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamma,
                            const uint8_t* mask, int rows, int d, int G, T* dx, T* dgamma,
@@ -418,44 +441,32 @@ void rowgroup_rms_backward(const T* x, const T* dy, const T* rinv, const T* gamm
   }
   const T* gm = gamma ? gamma : ones;
   T* part = dgamma ? scratch<T>(1, size_t(nch) * d) : nullptr;  // per chunk: sum dy * xh
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int ch = 0; ch < nch; ++ch) {
-    T* pg = part ? part + size_t(ch) * d : nullptr;
-    if (pg) std::fill(pg, pg + d, T(0));
-    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r < r1; ++r) {
-      T* dxr = dx + size_t(r) * d;
-      if (!live(mask, r)) {
-        if (!add_to_dx) std::fill(dxr, dxr + d, T(0));
-        continue;
+  rowgroup_backward_chunks<T>(mask, rows, d, G, dx, add_to_dx, part, size_t(d),
+                              [&](int r, int j, T* pg) {
+    const size_t col = size_t(j) * m, off = size_t(r) * d + col;
+    const T* xr = x + off;
+    const T* dyr = dy + off;
+    const T* gj = gm + col;
+    T* dxg = dx + off;
+    const T ri = rinv[size_t(r) * G + j];
+    const double sgx = row_dot_rms(gj, dyr, xr, ri, m);
+    const T mgx = T(sgx / m);
+    if (pg) {
+      T* pgj = pg + col;
+#pragma omp simd
+      for (int c = 0; c < m; ++c) {
+        const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
+        dxg[c] = add_to_dx ? dxg[c] + v : v;
+        pgj[c] += dyr[c] * xh;
       }
-      for (int j = 0; j < G; ++j) {
-        const size_t off = size_t(r) * d + size_t(j) * m;
-        const T* xr = x + off;
-        const T* dyr = dy + off;
-        const T* gj = gm + size_t(j) * m;
-        T* dxg = dx + off;
-        const T ri = rinv[size_t(r) * G + j];
-        const double sgx = row_dot_rms(gj, dyr, xr, ri, m);
-        const T mgx = T(sgx / m);
-        if (pg) {
-          T* pgj = pg + size_t(j) * m;
+    } else {
 #pragma omp simd
-          for (int c = 0; c < m; ++c) {
-            const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
-            dxg[c] = add_to_dx ? dxg[c] + v : v;
-            pgj[c] += dyr[c] * xh;
-          }
-        } else {
-#pragma omp simd
-          for (int c = 0; c < m; ++c) {
-            const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
-            dxg[c] = add_to_dx ? dxg[c] + v : v;
-          }
-        }
+      for (int c = 0; c < m; ++c) {
+        const T xh = xr[c] * ri, v = ri * (gj[c] * dyr[c] - xh * mgx);
+        dxg[c] = add_to_dx ? dxg[c] + v : v;
       }
     }
-  }
+  });
   if (dgamma && rows > 0) combine_chunks(part, nch, size_t(d), d, dgamma);
 }
 
@@ -495,40 +506,27 @@ void rowgroup_norm_backward(const T* x, const T* dy, const T* mean, const T* rst
   const int m = d / G;
   const int nch = nchunks(rows);
   T* part = scratch<T>(1, size_t(nch) * 2 * d);  // per chunk: [sum dy * xh | sum dy]
-#pragma omp parallel for schedule(static) if (big(rows, d))
-  for (int ch = 0; ch < nch; ++ch) {
-    T* pg = part + size_t(ch) * 2 * d;
-    T* pb = pg + d;
-    std::fill(pg, pg + 2 * size_t(d), T(0));
-    const int r1 = std::min(rows, (ch + 1) * kRowChunk);
-    for (int r = ch * kRowChunk; r < r1; ++r) {
-      T* dxr = dx + size_t(r) * d;
-      if (!live(mask, r)) {
-        if (!add_to_dx) std::fill(dxr, dxr + d, T(0));
-        continue;
-      }
-      for (int j = 0; j < G; ++j) {
-        const size_t off = size_t(r) * d + size_t(j) * m;
-        const T* xr = x + off;
-        const T* dyr = dy + off;
-        const T* gj = gamma + size_t(j) * m;
-        T* dxg = dx + off;
-        const T mu = mean[size_t(r) * G + j], rs = rstd[size_t(r) * G + j];
-        double sg, sgx;
-        row_dot_norm(gj, dyr, xr, mu, rs, m, sg, sgx);
-        const T mg = T(sg / m), mgx = T(sgx / m);
-        T* pgj = pg + size_t(j) * m;
-        T* pbj = pb + size_t(j) * m;
+  rowgroup_backward_chunks<T>(mask, rows, d, G, dx, add_to_dx, part, 2 * size_t(d),
+                              [&](int r, int j, T* pg) {
+    const size_t col = size_t(j) * m, off = size_t(r) * d + col;
+    const T* xr = x + off;
+    const T* dyr = dy + off;
+    const T* gj = gamma + col;
+    T* dxg = dx + off;
+    const T mu = mean[size_t(r) * G + j], rs = rstd[size_t(r) * G + j];
+    double sg, sgx;
+    row_dot_norm(gj, dyr, xr, mu, rs, m, sg, sgx);
+    const T mg = T(sg / m), mgx = T(sgx / m);
+    T* pgj = pg + col;
+    T* pbj = pg + d + col;
 #pragma omp simd
-        for (int c = 0; c < m; ++c) {
-          const T xh = (xr[c] - mu) * rs, v = rs * (gj[c] * dyr[c] - mg - xh * mgx);
-          dxg[c] = add_to_dx ? dxg[c] + v : v;
-          pgj[c] += dyr[c] * xh;
-          pbj[c] += dyr[c];
-        }
-      }
+    for (int c = 0; c < m; ++c) {
+      const T xh = (xr[c] - mu) * rs, v = rs * (gj[c] * dyr[c] - mg - xh * mgx);
+      dxg[c] = add_to_dx ? dxg[c] + v : v;
+      pgj[c] += dyr[c] * xh;
+      pbj[c] += dyr[c];
     }
-  }
+  });
   if (rows > 0) {
     combine_chunks(part, nch, 2 * size_t(d), d, dgamma);
     combine_chunks(part + d, nch, 2 * size_t(d), d, dbeta);
