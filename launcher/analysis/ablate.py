@@ -123,17 +123,33 @@ def cell_command(words, config, out):
     return text + " <config settings sha256 %s>" % config_settings_digest(config)
 
 
+def same_command(cell_dir, cmd_text):
+    """True when the cell's cmd.txt records cmd_text."""
+    try:
+        with open(os.path.join(cell_dir, "cmd.txt")) as f:
+            return f.read().strip() == cmd_text
+    except OSError:
+        return False
+
+
+def start_cell(cell_dir, cmd_text, same):
+    """Readies cell_dir to train cmd_text: unless its files are the same command's (same), they
+    are removed first, as nothing of another command (metrics, checkpoints) may count or resume;
+    then cmd.txt records cmd_text."""
+    if not same:
+        shutil.rmtree(cell_dir, ignore_errors=True)
+    os.makedirs(cell_dir, exist_ok=True)
+    with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
+        f.write(cmd_text + "\n")
+
+
 def finished(cell_dir, max_update, cmd_text):
     """True when the cell's metrics end in the validation of update max_update and the cell was
     run with the same command."""
     _, valids = read_metrics(os.path.join(cell_dir, "metrics.jsonl"))
     if not valids or int(valids[-1].get("update", -1)) != max_update:
         return False
-    try:
-        with open(os.path.join(cell_dir, "cmd.txt")) as f:
-            return f.read().strip() == cmd_text
-    except OSError:
-        return False
+    return same_command(cell_dir, cmd_text)
 
 
 def read_bleu(cell_dir):
@@ -326,8 +342,7 @@ def main():
             rows.append(row)
             continue
         print("%s: running ..." % tag, flush=True)
-        with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
-            f.write(cmd_text + "\n")
+        start_cell(cell_dir, cmd_text, same_command(cell_dir, cmd_text))
         t0 = time.time()
         rc = 0
         if not finished(cell_dir, max_update, cmd_text):  # translation: maybe only BLEU left

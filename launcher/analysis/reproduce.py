@@ -55,7 +55,8 @@ import subprocess
 import sys
 import time
 
-from ablate import cell_command, finished, flag_value, mpirun_prefix, read_ini
+from ablate import cell_command, finished, flag_value, mpirun_prefix, read_ini, same_command, \
+    start_cell
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 from seed_stats import describe_difference, mean_sd, welch
 
@@ -212,11 +213,10 @@ class Runner:
             return self.row(key, seed, cell_dir)
         print("%s: running ..." % tag, flush=True)
         t0 = time.time()
-        with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
-            f.write(cmd_text + "\n")
+        start_cell(cell_dir, cmd_text, same_command(cell_dir, cmd_text))
         rc = 0
         if not finished(cell_dir, self.max_update, cmd_text):
-            # A fresh start: a stale checkpoint of another command must not be resumed.
+            # A quick cell starts over: an interrupted attempt's checkpoint is not resumed.
             shutil.rmtree(os.path.join(cell_dir, "checkpoints"), ignore_errors=True)
             rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), tag=tag)
         train_s = time.time() - t0
@@ -308,20 +308,12 @@ class Runner:
                                 self.a.out)
         former = cmd_text[:cmd_text.rindex(" <config settings")] + \
             " <config sha256 %s>" % self.config_bytes_digest
-        cmd_path, trained = (os.path.join(cell_dir, n) for n in ("cmd.txt", "trained.json"))
-        try:
-            with open(cmd_path) as f:
-                same = f.read().strip() in (cmd_text, former)
-        except OSError:
-            same = False
+        trained = os.path.join(cell_dir, "trained.json")
+        same = same_command(cell_dir, cmd_text) or same_command(cell_dir, former)
         if same and os.path.exists(trained):
             print("%s: done before, skipped" % tag, flush=True)
             return 0
-        if not same:  # a fresh start: nothing of another command may be resumed
-            shutil.rmtree(cell_dir, ignore_errors=True)
-        os.makedirs(cell_dir, exist_ok=True)
-        with open(cmd_path, "w") as f:
-            f.write(cmd_text + "\n")
+        start_cell(cell_dir, cmd_text, same)
         print("%s: %s ..." % (tag, "resuming" if same else "running"), flush=True)
         t0 = time.time()
         rc = run_logged(cmd, os.path.join(cell_dir, "train.log"), "a", tag=tag)

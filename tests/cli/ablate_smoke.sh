@@ -50,6 +50,11 @@ echo "$out"
 skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 4 ] || fail "second run skipped $skipped of 4 cells"
 grep -q "running" <<<"$out" && fail "second run ran a cell again"
+# Another command trains its cell afresh: the former command's metrics do not count as done.
+out=$("$py" "$ablate" --pntrain "$pntrain" --quick --norms layer --mini-batches 512 \
+      --update-tokens 2048 --out "$tmp/ab" -- "${args[@]:12}" --dropout 0.2 2>&1)
+grep -q "model: .* dropout 0.2" "$tmp/ab/layer_m512/train.log" ||
+  fail "another dropout did not train the cell afresh: $out"
 
 # --ghost: one 2048-token micro-batch whose norms take statistics over groups of m tokens.
 gargs=(--pntrain "$pntrain" --quick --norms power --mini-batches 512 --update-tokens 2048
@@ -87,6 +92,10 @@ sys.exit(0 if ok else 1)
 PY
   out=$("$py" "$ablate" "${targs[@]}" 2>&1)
   grep -q "done before, skipped" <<<"$out" || fail "translation rerun did not skip: $out"
+  # Another command trains afresh: neither the former command's metrics nor its checkpoint count.
+  out=$("$py" "$ablate" "${targs[@]}" --dropout 0.2 2>&1)
+  grep -q "dropout 0.2" "$tmp/mt/power_m1024/train.log" && ! grep -q "restored" "$tmp/mt/power_m1024/train.log" ||
+    fail "translation with another dropout did not train afresh: $out"
 else
   echo "ablate smoke: $iwslt not found; translation part skipped"
 fi

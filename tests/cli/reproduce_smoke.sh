@@ -46,7 +46,9 @@ out=$(one_cell)
 grep -q "layer .*seed 1: done before, skipped" <<<"$out" || fail "a comment reran LN: $out"
 sed -i 's/^dropout = 0.0 /dropout = 0.1 /' "$tmp/quick.ini"
 out=$(one_cell)
-grep -q "layer .*seed 1: running" <<<"$out" || fail "a changed dropout did not rerun LN: $out"
+grep -q "layer .*seed 1: running" <<<"$out" &&
+  grep -q "model: .* dropout 0.1" "$tmp/rp/table/layer_s1/train.log" ||
+  fail "a changed dropout did not train LN afresh: $out"
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
   --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "unknown foo" <<<"$out"; } || fail "--norms foo: exit $rc: $out"
