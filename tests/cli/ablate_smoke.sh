@@ -94,7 +94,8 @@ PY
   grep -q "done before, skipped" <<<"$out" || fail "translation rerun did not skip: $out"
   # Another command trains afresh: neither the former command's metrics nor its checkpoint count.
   out=$("$py" "$ablate" "${targs[@]}" --dropout 0.2 2>&1)
-  grep -q "dropout 0.2" "$tmp/mt/power_m1024/train.log" && ! grep -q "restored" "$tmp/mt/power_m1024/train.log" ||
+  log="$tmp/mt/power_m1024/train.log"
+  grep -q "dropout 0.2" "$log" && ! grep -q "restored" "$log" ||
     fail "translation with another dropout did not train afresh: $out"
 else
   echo "ablate smoke: $iwslt not found; translation part skipped"

@@ -38,8 +38,8 @@ skipped=$(grep -c "done before, skipped" <<<"$out")
 [ "$skipped" -eq 12 ] || fail "second run skipped $skipped of 12 cells (10 table, 2 ablation): $out"
 # The config's settings name its cells, not its bytes: comments and spacing change nothing, a
 # changed value runs the cell afresh.
-one_cell() { "$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" --norms layer --seeds 1 \
-  --no-ablation "${extra[@]}" 2>&1; }
+one_cell() { "$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" --norms layer \
+  --seeds 1 --no-ablation "${extra[@]}" 2>&1; }
 sed -i 's/^lr = /lr   =    /; s/^dropout = 0.0/dropout = 0.0  # none/' "$tmp/quick.ini"
 printf '# a comment\n\n' >>"$tmp/quick.ini"
 out=$(one_cell)
@@ -81,9 +81,11 @@ grep -q "layer .*seed 1: resuming" <<<"$out" || fail "medium rerun did not resum
   fail "medium: resumed LN row differs: $ln_row vs $(grep "^| LN | 1 |" "$report")"
 # A cell recorded under the former digest, of the config's bytes, is the same cell.
 bytes=$(sha256sum "$here/../../configs/reproduce_medium_ptb.ini" | cut -c1-16)
-sed -i "s/<config settings sha256 [0-9a-f]*>/<config sha256 $bytes>/" "$tmp/md/table/layer_s1/cmd.txt"
+sed -i "s/<config settings sha256 [0-9a-f]*>/<config sha256 $bytes>/" \
+  "$tmp/md/table/layer_s1/cmd.txt"
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${margs[@]}" 2>&1)
-grep -q "layer .*seed 1: done before, skipped" <<<"$out" || fail "medium: the bytes' digest reran LN: $out"
+grep -q "layer .*seed 1: done before, skipped" <<<"$out" ||
+  fail "medium: the bytes' digest reran LN: $out"
 # A second seed reuses PN's alpha chosen with seed 1: its tuning runs are not run again.
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --medium --data builtin \
       --norms power --seeds 2 --out "$tmp/md" -- "${mflags[@]}" 2>&1)
