@@ -113,14 +113,19 @@ def config_settings_digest(path):
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def cell_command(words, config, out):
-    """The command a cell records in its cmd.txt and is known by: paths as placeholders, so that
-    a clone elsewhere (with the cells committed or copied) recognises its cells, and the digest
-    of the config's settings, so that a changed value runs the cell afresh while comments and
-    spacing, which pntrain does not read, change nothing."""
-    text = " ".join(words).replace(out, "<out>").replace(ROOT, "<root>").replace(
+def command_text(words, out):
+    """A command with its paths as placeholders, so that a clone elsewhere (with the cells
+    committed or copied) recognises its cells."""
+    return " ".join(words).replace(out, "<out>").replace(ROOT, "<root>").replace(
         os.path.normpath(os.path.join(ROOT, "..", "shared")), "<shared>")
-    return text + " <config settings sha256 %s>" % config_settings_digest(config)
+
+
+def cell_command(words, config, out):
+    """The command a cell records in its cmd.txt and is known by: command_text and the digest of
+    the config's settings, so that a changed value runs the cell afresh while comments and
+    spacing, which pntrain does not read, change nothing."""
+    return command_text(words, out) + " <config settings sha256 %s>" % \
+        config_settings_digest(config)
 
 
 def same_command(cell_dir, cmd_text):
@@ -132,11 +137,11 @@ def same_command(cell_dir, cmd_text):
         return False
 
 
-def start_cell(cell_dir, cmd_text, same):
-    """Readies cell_dir to train cmd_text: unless its files are the same command's (same), they
-    are removed first, as nothing of another command (metrics, checkpoints) may count or resume;
-    then cmd.txt records cmd_text."""
-    if not same:
+def start_cell(cell_dir, cmd_text, same=None):
+    """Readies cell_dir to train cmd_text: unless its files are the same command's (same; by
+    default, whether its cmd.txt records cmd_text), they are removed first, as nothing of another
+    command (metrics, checkpoints) may count or resume; then cmd.txt records cmd_text."""
+    if not (same_command(cell_dir, cmd_text) if same is None else same):
         shutil.rmtree(cell_dir, ignore_errors=True)
     os.makedirs(cell_dir, exist_ok=True)
     with open(os.path.join(cell_dir, "cmd.txt"), "w") as f:
@@ -342,7 +347,7 @@ def main():
             rows.append(row)
             continue
         print("%s: running ..." % tag, flush=True)
-        start_cell(cell_dir, cmd_text, same_command(cell_dir, cmd_text))
+        start_cell(cell_dir, cmd_text)
         t0 = time.time()
         rc = 0
         if not finished(cell_dir, max_update, cmd_text):  # translation: maybe only BLEU left

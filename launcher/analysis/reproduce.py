@@ -55,8 +55,8 @@ import subprocess
 import sys
 import time
 
-from ablate import cell_command, finished, flag_value, mpirun_prefix, read_ini, same_command, \
-    start_cell
+from ablate import cell_command, command_text, finished, flag_value, mpirun_prefix, read_ini, \
+    same_command, start_cell
 from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
 from seed_stats import describe_difference, mean_sd, welch
 
@@ -213,7 +213,7 @@ class Runner:
             return self.row(key, seed, cell_dir)
         print("%s: running ..." % tag, flush=True)
         t0 = time.time()
-        start_cell(cell_dir, cmd_text, same_command(cell_dir, cmd_text))
+        start_cell(cell_dir, cmd_text)
         rc = 0
         if not finished(cell_dir, self.max_update, cmd_text):
             # A quick cell starts over: an interrupted attempt's checkpoint is not resumed.
@@ -304,10 +304,9 @@ class Runner:
         # A cell of another command or of a changed config value runs afresh, its directory
         # cleared first (cell_command); one recorded under the former digest of the config's
         # bytes is the same cell while those bytes are.
-        cmd_text = cell_command(mpirun_prefix(self.a.ranks) + ["pntrain"] + args, self.config,
-                                self.a.out)
-        former = cmd_text[:cmd_text.rindex(" <config settings")] + \
-            " <config sha256 %s>" % self.config_bytes_digest
+        words = mpirun_prefix(self.a.ranks) + ["pntrain"] + args
+        cmd_text = cell_command(words, self.config, self.a.out)
+        former = command_text(words, self.a.out) + " <config sha256 %s>" % self.config_bytes_digest
         trained = os.path.join(cell_dir, "trained.json")
         same = same_command(cell_dir, cmd_text) or same_command(cell_dir, former)
         if same and os.path.exists(trained):
