@@ -300,11 +300,12 @@ class Runner:
         """Runs pntrain with args into cell_dir unless trained.json says it finished: a cell
         run before with the same command continues from its last checkpoint, one of another
         command starts afresh. trained.json records the training seconds over every attempt."""
-        cmd = mpirun_prefix(self.a.ranks) + [self.a.pntrain] + args
+        prefix = mpirun_prefix(self.a.ranks)
+        cmd = prefix + [self.a.pntrain] + args
         # A cell of another command or of a changed config value runs afresh, its directory
-        # cleared first (cell_command); one recorded under the former digest of the config's
+        # cleared first (start_cell); one recorded under the former digest of the config's
         # bytes is the same cell while those bytes are.
-        words = mpirun_prefix(self.a.ranks) + ["pntrain"] + args
+        words = prefix + ["pntrain"] + args
         cmd_text = cell_command(words, self.config, self.a.out)
         former = command_text(words, self.a.out) + " <config sha256 %s>" % self.config_bytes_digest
         trained = os.path.join(cell_dir, "trained.json")
