@@ -34,8 +34,28 @@ def read_metrics(path, warn=False):
                 if warn:
                     print("%s:%d: not JSON, skipped" % (path, n), file=sys.stderr)
                 continue
+            if "event" in j or ("test_loss" in j and "valid_loss" not in j):
+                continue  # start/end records and test records: read_records
             (valids if "valid_loss" in j else updates).append(j)
     return updates, valids
+
+
+def read_records(path):
+    """Every JSON record of a metrics file (PATH or PATH.gz), in order; [] when missing."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        opened = gzip.open(path + ".gz", "rt")
+    elif os.path.exists(path):
+        opened = open(path)
+    else:
+        return []
+    out = []
+    with opened as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
 
 
 def int_list(text, what):

@@ -57,8 +57,11 @@ import time
 
 from ablate import cell_command, command_text, finished, flag_value, mpirun_prefix, read_ini, \
     same_command, start_cell
-from pn_metrics import int_list, read_metrics, run_with_progress, split_passthrough
-from seed_stats import describe_difference, mean_sd, welch
+from pn_metrics import int_list, read_metrics, read_records, run_with_progress, \
+    split_passthrough
+import provenance
+from seed_stats import capped, compare, describe_difference, family, fmt_p, mean_sd, \
+    strength, welch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -72,14 +75,14 @@ PRESETS = {
     ("lm", "medium"): ("reproduce_medium_ptb.ini", os.path.join(DATA, "ptb"), None, None, 0,
                        "1", None),
     ("lm", "long"): ("reproduce_long_ptb.ini", os.path.join(DATA, "ptb"), None, None, 0,
-                     "1", None),
+                     "1,2,3,4,5,6", None),
     ("lm", "full"): ("paper_ptb.ini", os.path.join(DATA, "ptb"), "512,1024,2048,4096",
-                     "layer,batch,power_v,power", 0, "1,2,3", None),
+                     "layer,batch,power_v,power", 0, "1,2,3,4,5,6", None),
     ("translation", "quick"): ("ablate_iwslt_quick.ini", os.path.join(DATA, "iwslt14-de-en"),
                                "1024,2048,4096", "batch,power", 300, "1,2", None),
     ("translation", "full"): ("paper_iwslt14.ini", os.path.join(DATA, "iwslt14-de-en"),
-                              "512,1024,2048,4096", "layer,batch,power_v,power", 0, "1,2,3",
-                              None),
+                              "512,1024,2048,4096", "layer,batch,power_v,power", 0,
+                              "1,2,3,4,5,6", None),
 }
 # The paper's numbers: Table 2 (PTB test perplexity) and Table 1 (IWSLT'14 BLEU).
 PAPER = {
@@ -159,7 +162,271 @@ def last_checkpoint_dir(save_dir):
     return best
 
 
-# ---- statistics (launcher/analysis/seed_stats.py) ----
+# ---- statistics (launcher/analysis/seed_stats.py), provenance, the plan, report.json ----
+class Refused(Exception):
+    """A report over cells whose provenance differs (provenance.check_pool's line)."""
+
+
+NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven",
+                8: "eight", 9: "nine", 10: "ten", 11: "eleven", 12: "twelve"}
+
+
+def words(n):
+    return NUMBER_WORDS.get(n, str(n))
+
+
+def pool(a, cells):
+    """provenance.check_pool over [(name, cell_dir)] with --allow-mixed; Refused on a refusal."""
+    try:
+        return provenance.check_pool(cells, a.allow_mixed, "reproduce")
+    except SystemExit:
+        raise Refused("reproduce: the report's cells differ in provenance (the line above)")
+
+
+def corpus_of(runner):
+    """The corpus name of a run: the data directory's name ('builtin' for the builtin one)."""
+    d = runner.data or runner.ini.get("data") or "builtin"
+    return "builtin" if d == "builtin" else os.path.basename(os.path.normpath(d)).lower()
+
+
+def paper_numbers(runner, task):
+    """The paper's numbers where the corpus is the paper's (PTB, IWSLT'14), else None."""
+    corpus = corpus_of(runner)
+    if (task == "lm" and corpus == "ptb") or (task == "translation" and corpus.startswith("iwslt14")):
+        return PAPER[task]
+    return None
+
+
+def budget_words(a, runner):
+    if a.preset in EPOCH_PRESETS:
+        return "At %s epochs" % runner.ini.get("max-epoch")
+    return "At %d updates" % runner.max_update
+
+
+def device_words(pooled, a):
+    dev = pooled["fields"]["device"] if pooled else a.device
+    hw = {"cpu": "the CPU", "cuda": "the GPU"}.get(dev, "devices %s" % dev)
+    if dev == "cuda" and pooled and pooled["fields"]["gpu_name"] not in ("unknown", "mixed"):
+        hw = "the GPU (%s)" % pooled["fields"]["gpu_name"]
+    return hw
+
+
+def run_family(groups, ref, keys):
+    """[(key, ref, compare())] of each key's {seed: value} against ref's, with Holm's adjusted p
+    over them all (one family)."""
+    comps = [(k, ref, compare(groups[k], groups[ref])) for k in keys
+             if k != ref and k in groups and ref in groups]
+    family([c for _, _, c in comps])
+    return comps
+
+
+def comparison_json(key, ref, c):
+    w = c["welch"]
+    r = lambda x, d=4: None if x is None else round(x, d)
+    return {"group": key, "reference": ref, "diff": r(c["diff"]), "diff_pct": r(c["diff_pct"], 2),
+            "ci95": [r(w["lo"]), r(w["hi"])] if w else None, "p": r(w["p"]) if w else None,
+            "p_adj": r(c["p_adj"]), "paired_p": r(c["paired"]["p"]) if c["paired"] else None,
+            "detectable_80": r(c["detectable"])}
+
+
+def stat_cells(c):
+    """'| CI | p | Holm p | paired p | detectable |' of a comparison."""
+    w = c["welch"]
+    if w is None:
+        return "— | — | — | — | — |"
+    return "[%+.2f, %+.2f] | %s | %s | %s | %.2f |" % (
+        w["lo"], w["hi"], fmt_p(w["p"]), fmt_p(c["p_adj"]),
+        fmt_p(c["paired"]["p"]) if c["paired"] else "—", c["detectable"])
+
+
+def finding(prefix, label, ref_label, c, n_family, family_words, seeds, where):
+    """A finding at the strength its family-wise test gives, e.g. 'At 30 epochs PN (paper)
+    tests 1.3% below LN, p 0.033 uncorrected, 0.098 after Holm over four norms: suggestive,
+    not established with three seeds (seeds 1,2,3, on the CPU).'"""
+    w = c["welch"]
+    if w is None or c["diff_pct"] is None:
+        return "%s %s has fewer than 2 seeds on a side against %s: no test (%s)." % (
+            prefix, label, ref_label, where)
+    pct = c["diff_pct"]
+    text = "%s %s tests %.1f%% %s %s, p %s uncorrected" % (
+        prefix, label, abs(pct), "below" if pct < 0 else "above", ref_label, fmt_p(w["p"]))
+    if n_family > 1:
+        text += ", %s after Holm over %s" % (fmt_p(c["p_adj"]), family_words)
+    st = strength(c, n_family).replace("with %d seeds" % w["na"], "with %s seeds" % words(
+        w["na"])).replace("Holm over %d" % n_family, "Holm")
+    return text + ": %s (seeds %s, on %s)." % (st, seeds, where)
+
+
+def capped_note(rows, labels, marked=True):
+    """The line naming the cells whose best validation is their last evaluation."""
+    hit = ["%s seed %d" % (labels.get(r["key"], r["key"]), r["seed"]) for r in rows
+           if r.get("capped")]
+    if not hit:
+        return []
+    return ["", "Capped%s: the best validation of %s is its last evaluation: the budget "
+            "stopped it while it still improved, so its figure is an upper bound of what the norm "
+            "reaches." % (" (marked *)" if marked else "", ", ".join(hit))]
+
+
+def test_source_note(rows):
+    """Where the test perplexities come from."""
+    old = [r for r in rows if r.get("test_source") == "eval.json"]
+    if not old:
+        return []
+    return ["", "Test perplexity from each cell's eval.json (the evaluation's own record) for "
+            "%d cell(s) whose metrics.jsonl holds no test record (run before pntrain wrote one; "
+            "their committed logs are left as the runs wrote them)." % len(old)]
+
+
+def plan_path(a, kind):
+    return os.path.join(a.out, {"table": "PLAN.json", "dropout": "PLAN_DROPOUT.json",
+                                "figure5": "PLAN_FIGURE5.json"}[kind])
+
+
+def write_plan(a, runner, kind, norms, grids, primary, family_name):
+    """The protocol, declared before the first cell: norms, seeds, grids, budget, the primary
+    comparison, the family, the test and the correction, in OUT/PLAN*.json. An existing plan
+    of other content is kept beside it as PLAN*.<digest>.json."""
+    plan = {"schema": 1, "kind": kind, "task": a.task, "preset": a.preset,
+            "config": os.path.relpath(runner.config, ROOT),
+            "data": runner.data if runner.data in (None, "builtin") else
+            os.path.relpath(runner.data, ROOT), "device": a.device, "ranks": a.ranks,
+            "norms": norms, "seeds": runner.seeds, "grids": grids,
+            "budget": ("max-epoch %s, patience %s" % (runner.ini.get("max-epoch"),
+                                                       runner.ini.get("patience"))
+                       if a.preset in EPOCH_PRESETS else "%d updates" % runner.max_update),
+            "extra_flags": runner.extra, "metric": "test_ppl at each seed's best validation",
+            "primary": primary, "family": family_name,
+            "test": "Welch's two-sided t-test, 95% interval (scipy); paired t over shared seeds",
+            "correction": "holm (statsmodels multipletests)", "alpha": 0.05}
+    path = plan_path(a, kind)
+    text = json.dumps(plan, indent=1, sort_keys=True) + "\n"
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+        if old == text:
+            return path
+        digest = hashlib.sha256(old.encode()).hexdigest()[:12]
+        os.replace(path, path[:-5] + ".%s.json" % digest)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def read_plan(a, kind):
+    """(plan, 'sha256:...') of the folder's plan, or (None, None)."""
+    try:
+        with open(plan_path(a, kind), "rb") as f:
+            blob = f.read()
+        return json.loads(blob), "sha256:" + hashlib.sha256(blob).hexdigest()
+    except (OSError, ValueError):
+        return None, None
+
+
+def plan_lines(a, kind, cells):
+    """Markdown quoting the plan and its digest, and naming the cells it did not list: cells
+    [(norm, seed, grid value or None)]."""
+    plan, digest = read_plan(a, kind)
+    name = os.path.basename(plan_path(a, kind))
+    if plan is None:
+        return ["", "## Protocol", "", "No %s: these cells ran before the reproduction wrote its "
+                "plan first, so no protocol was declared before they ran; the family and test "
+                "of this report are the report's own." % name], None
+    L = ["", "## Protocol", "", "Declared before the first cell in `%s` (%s):" % (name, digest),
+         "", "```", json.dumps(plan, indent=1, sort_keys=True), "```"]
+    grid = plan.get("grids", {}).get("dropouts") or plan.get("grids", {}).get("mini_batches")
+    outside = ["%s seed %d%s" % (k, s, "" if g is None else " at %s" % g) for k, s, g in cells
+               if k not in plan["norms"] or s not in plan["seeds"] or
+               (g is not None and grid and str(g) not in [str(x) for x in grid])]
+    if outside:
+        L += ["", "**Cells the plan did not list** (reported beside it, not part of the declared "
+              "protocol): %s." % ", ".join(outside)]
+    return L, {"file": name, "digest": digest}
+
+
+def tuning_lines(a, runner, labels):
+    """What was tuned for which norm, over which grid and seeds (or that nothing was)."""
+    alpha = flag_value(runner.extra, "pn-alpha-fwd", None)
+    if alpha is not None:
+        what = ("PN's momenta set by the extra flags (alpha_fwd %s, alpha_bkw %s), not tuned "
+                "here" % (alpha, flag_value(runner.extra, "pn-alpha-bkw", alpha)))
+    elif a.no_tune:
+        what = ("PN's momenta from the config (alpha_fwd %s, alpha_bkw %s)%s, not tuned in this "
+                "run" % (runner.ini.get("pn-alpha-fwd"), runner.ini.get("pn-alpha-bkw"),
+                         ": the medium preset's choice on its short runs" if a.preset == "long"
+                         else ""))
+    else:
+        what = ("PN's momenta (alpha_fwd = alpha_bkw) tuned for PN (paper) and PN (authors) "
+                "over {%s} on seed %d, %d-update runs, by best validation" % (
+                    ", ".join(ALPHA_GRID), TUNE_SEED, TUNE_UPDATES))
+    return ["", "Tuning: %s. No other hyperparameter (learning rate, warmup, BN's momentum, "
+            "label smoothing, weight decay) was tuned for any norm: every norm runs the "
+            "config's." % what]
+
+
+def report_dates(a, pooled):
+    """[first, last] date of the pooled cells' attempts (their start records); for cells that
+    have none, the dates of the commits that added their eval.json (when they were kept, not
+    when they ran); ["unknown", "unknown"] outside a git tree."""
+    times = pooled["times"] if pooled else []
+    if times:
+        return [times[0][:10], times[-1][:10]]
+    try:
+        out = subprocess.run(["git", "-C", a.out, "log", "--format=%cs", "--diff-filter=A",
+                              "--", "."], capture_output=True, text=True, timeout=60).stdout
+        ds = sorted(d for d in out.split() if re.fullmatch(r"\d{4}-\d{2}-\d{2}", d))
+        if ds:
+            return [ds[0], ds[-1]]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return ["unknown", "unknown"]
+
+
+def invocation_note(a):
+    """' This report: --report-only --allow-mixed X.' for a rewritten report."""
+    if not a.report_only:
+        return ""
+    return " This report rewritten from the cells on disk (`--report-only%s`)." % "".join(
+        " --allow-mixed " + f for f in a.allow_mixed)
+
+
+def write_report_json(a, runner, kind, title, groups, comps, family_name, findings, pooled,
+                      plan, labels, paper, flags):
+    """results/<run>/report.json (docs' schema, notes REPORT_JSON.md): the folder's main
+    report; the dropout control and Figure 5 also write report_dropout.json and
+    report_figure5.json, and the main one when the folder has no table report."""
+    f = pooled["fields"] if pooled else {}
+    hw = "unknown CPU" if f.get("cpu_model") in (None, "unknown") else f.get("cpu_model")
+    if f.get("device") == "cuda":
+        hw = f.get("gpu_name", "unknown GPU")
+    dates = report_dates(a, pooled)
+    r = lambda x: None if x is None else round(x, 4)
+    out = {"schema": 1, "run": os.path.basename(os.path.normpath(a.out)), "title": title,
+           "task": a.task, "budget": a.preset, "corpus": corpus_of(runner),
+           "metric": "test_ppl" if a.task == "lm" else "bleu", "plan": plan,
+           "provenance": {"commit": f.get("commit", "unknown"), "device": f.get("device", a.device),
+                          "hardware": hw, "dates": dates,
+                          "mixed": pooled["mixed"] if pooled else []},
+           "groups": [{"key": k, "label": labels.get(k, k), "flags": flags.get(k, ""),
+                       "n": len(g["values"]), "seeds": sorted(g["values"]),
+                       "mean": r(mean_sd(list(g["values"].values()))[0]),
+                       "sd": r(mean_sd(list(g["values"].values()))[1]),
+                       "values": [r(g["values"][s]) for s in sorted(g["values"])],
+                       "capped_seeds": g["capped"]} for k, g in groups],
+           "families": [{"name": family_name, "reference": comps[0][1] if comps else None,
+                         "correction": "holm",
+                         "comparisons": [comparison_json(k, ref, c) for k, ref, c in comps]}],
+           "findings": findings, "paper": paper}
+    names = {"table": ["report.json"], "dropout": ["report_dropout.json"],
+             "figure5": ["report_figure5.json"]}[kind]
+    if kind != "table" and not os.path.exists(os.path.join(a.out, "REPORT.md")):
+        names.append("report.json")
+    for n in names:
+        with open(os.path.join(a.out, n), "w") as fh:
+            json.dump(out, fh, indent=1)
+            fh.write("\n")
+
+
 def fmt_ms(vals, digits=1):
     m, sd, n = mean_sd(vals)
     if m is None:
@@ -393,12 +660,20 @@ class Runner:
                 r.update(json.load(f))
         except (OSError, ValueError):
             pass
+        r["test_source"] = "eval.json"
+        tests = [t for t in read_records(os.path.join(cell_dir, "metrics.jsonl"))
+                 if "test_ppl" in t and "event" not in t]
+        if tests and isinstance(tests[-1].get("test_ppl"), (int, float)):
+            r.update(test_ppl=tests[-1]["test_ppl"], test_source="metrics.jsonl")
         curve = learning_curve(cell_dir)
         if curve["valid"]:
             best = min(curve["valid"], key=lambda p: p[1])
             r.update(best_epoch=best[0] / curve["per_epoch"],
                      epochs=curve["valid"][-1][0] / curve["per_epoch"],
                      updates=curve["valid"][-1][0])
+        # The best validation is the last evaluation: a finished cell the budget stopped
+        # while it still improved (an early-stopped one ends past its best).
+        r["capped"] = math.isfinite(r["test_ppl"]) and capped(curve["valid"], None)
         return r
 
 
@@ -589,52 +864,68 @@ def write_report(a, runner, rows, vlist, ablation, spectra, warm, figs, elapsed)
                  a.seeds, a.ranks, a.device, runner.max_update, elapsed / 60))
     if runner.extra:
         L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
+    done = [r for r in rows if math.isfinite(r["valid_ppl"])]
+    pooled = pool(a, [(r["dir"], r["dir"]) for r in done])
+    L += [""] + provenance.describe(pooled)
     L.append("")
     L.append("## Table 2 analog")
     L.append("")
-    paper = PAPER[task]
+    paper = paper_numbers(runner, task)
+    pcol = " paper test ppl |" if task == "lm" else " paper BLEU |"
     if task == "lm":
         L.append("Perplexity after the cell's last update, mean ± sample standard deviation "
-                 "(seeds). Paper: PTB test perplexity of its tensorized Transformer (Table 2).")
+                 "(seeds). %s" % ("Paper: PTB test perplexity of its tensorized Transformer "
+                                  "(Table 2)." if paper else "No paper column: the corpus (%s) "
+                                  "is not the paper's PTB." % corpus_of(runner)))
         L.append("")
-        L.append("| norm | valid ppl | test ppl | paper test ppl | train min/cell (here) |")
-        L.append("|---|---|---|---|---|")
+        L.append("| norm | valid ppl | test ppl |%s train min/cell (here) |" % (pcol if paper
+                                                                              else ""))
     else:
         L.append("Held-out perplexity and BLEU (beam 5) after the last update, mean ± "
-                 "sample standard deviation (seeds). Paper: IWSLT'14 De-En BLEU (Table 1).")
+                 "sample standard deviation (seeds). %s" % (
+                     "Paper: IWSLT'14 De-En BLEU (Table 1)." if paper else "No paper column: "
+                     "the corpus (%s) is not the paper's IWSLT'14." % corpus_of(runner)))
         L.append("")
-        L.append("| encoder norm | held-out ppl | BLEU | paper BLEU | train min/cell (here) |")
-        L.append("|---|---|---|---|---|")
+        L.append("| encoder norm | held-out ppl | BLEU |%s train min/cell (here) |" % (
+            pcol if paper else ""))
+    L.append("|---|---|---|---|" + ("---|" if paper else ""))
     by_key = {}
     for key, label, _, _, pkey in vlist:
         rs = [r for r in rows if r["key"] == key]
         by_key[key] = rs
-        pv = paper.get(pkey) if pkey else None
+        pv = paper.get(pkey) if paper and pkey else None
         if key == "power" and task == "lm":
-            pv_text = "%.1f (PN)" % pv
+            pv_text = "%.1f (PN)" % pv if pv else "—"
         elif key == "power_authors":
             pv_text = "(same PN)"
         else:
             pv_text = "%.1f" % pv if pv else "—"
+        pv_cell = " %s |" % pv_text if paper else ""
         times = [r["train_s"] / 60 for r in rs if math.isfinite(r["train_s"])]
         ttext = "%.1f" % statistics.mean(times) if times else "—"
         if task == "lm":
-            L.append("| %s | %s | %s | %s | %s |" % (
+            L.append("| %s | %s | %s |%s %s |" % (
                 label, fmt_ms([r["valid_ppl"] for r in rs], 1),
-                fmt_ms([r["test_ppl"] for r in rs], 1), pv_text, ttext))
+                fmt_ms([r["test_ppl"] for r in rs], 1), pv_cell, ttext))
         else:
-            L.append("| %s | %s | %s | %s | %s |" % (
+            L.append("| %s | %s | %s |%s %s |" % (
                 label, fmt_ms([r["valid_ppl"] for r in rs], 2),
-                fmt_ms([r["bleu"] for r in rs], 2), pv_text, ttext))
-    L.append("")
+                fmt_ms([r["bleu"] for r in rs], 2), pv_cell, ttext))
     metric = "test_ppl" if task == "lm" else "bleu"
-    base = [r[metric] for r in by_key.get("layer", [])]
-    notes = [describe_difference(label, "LN", welch([r[metric] for r in by_key.get(key, [])],
-                                                     base), "test ppl" if task == "lm" else "BLEU")
-             for key, label, _, _, _ in vlist if key != "layer" and by_key.get(key) and base]
-    if notes:
-        L += ["Differences to LN, 95% confidence intervals over seeds:", ""]
-        L += ["- " + n for n in notes] + [""]
+    lines, groups, comps, findings = seed_summary(
+        a, runner, done, vlist, pooled, metric, "test ppl" if task == "lm" else "BLEU")
+    L += lines
+    plan_l, plan = plan_lines(a, "table", [(r["key"], r["seed"], None) for r in done])
+    L += plan_l + tuning_lines(a, runner, {v[0]: v[1] for v in vlist})
+    labels = {v[0]: v[1] for v in vlist}
+    flags = {v[0]: " ".join(["--norm", v[2]] + v[3]) for v in vlist}
+    write_report_json(a, runner, "table", "%s %s, --%s (%d updates)" % (
+        corpus_of(runner), "LM" if task == "lm" else "translation", a.preset,
+        runner.max_update), groups, comps, "each norm against LN", findings, pooled, plan,
+        labels, paper, flags)
+    if findings:
+        L += ["", "## Findings", ""] + ["- " + x for x in findings]
+    L.append("")
     L.append("Cells: `%s/table/<norm>_s<seed>/` (cmd.txt, train.log, metrics.jsonl, eval.log)." %
              os.path.basename(a.out))
     L.append("")
@@ -819,43 +1110,64 @@ def spread(mean, sd, n):
     return "%.2f ± %.2f" % (mean, sd) if n > 1 else "%.2f" % mean
 
 
-def figure5_seed_summary(by, vlist, minis, U):
+def figure5_seed_summary(a, runner, by, vlist, minis, U, pooled):
     """Markdown lines: per norm and m below the update U, the test perplexity's mean and standard
-    deviation over the seeds at m and at U, and their difference with Welch's 95% interval."""
+    deviation over the seeds at m and at U, and their difference with Welch's 95% interval, p,
+    Holm's adjusted p over the family of every m against m = U in this figure, the paired test
+    and the detectable difference. Returns (lines, groups, comparisons, findings)."""
     labels = {v[0]: v[1] for v in vlist}
+    g, groups, keys = {}, [], []
+    for key in [v[0] for v in vlist]:
+        for m in [mm for mm in minis if mm <= U]:
+            cells = {s: r for (k, s, mm), r in by.items() if k == key and mm == m}
+            if cells:
+                name = "%s_m%d" % (key, m)
+                g[name] = {s: r["test_ppl"] for s, r in cells.items()}
+                groups.append((name, {"values": g[name],
+                                      "capped": sorted(s for s, r in cells.items()
+                                                       if r.get("capped"))}))
+    comps = []
+    for key in [v[0] for v in vlist]:
+        comps += [(name, "%s_m%d" % (key, U), compare(g[name], g["%s_m%d" % (key, U)]))
+                  for name in ["%s_m%d" % (key, m) for m in minis if m < U]
+                  if name in g and "%s_m%d" % (key, U) in g]
+    family([c for _, _, c in comps])
+    n = len(comps)
     L = ["", "## Over seeds: each m against m = %d" % U, "",
          "Test perplexity at the best validation, mean ± sample standard deviation over the seeds "
-         "that have the cell; the difference of the means with its 95% confidence interval "
-         "(Welch's t, launcher/analysis/seed_stats.py). Positive: worse with the smaller "
-         "statistics batch.", "",
+         "that have the cell; the difference of the means with Welch's 95%% interval and p "
+         "(scipy), Holm's adjusted p over the family declared here: every m against m = "
+         "%d in this figure (%s comparisons, one family); the paired test over shared seeds; "
+         "the difference detectable with 80%% power. Positive: worse with the smaller "
+         "statistics batch." % (U, words(n)), "",
          "| norm | m | seeds (m / %d) | test ppl at m | at m = %d | difference | 95%% CI | p | "
-         "outside the interval? |" % (U, U), "|---|---|---|---|---|---|---|---|---|"]
-    words = []
-    for key in [v[0] for v in vlist]:
-        ref = [by[(k, s, mm)]["test_ppl"] for k, s, mm in sorted(by) if k == key and mm == U]
-        for m in [mm for mm in minis if mm < U]:
-            vals = [by[(k, s, mm)]["test_ppl"] for k, s, mm in sorted(by)
-                    if k == key and mm == m]
-            mv, sv, nv = mean_sd(vals)
-            mr, sr, nr = mean_sd(ref)
-            if mv is None or mr is None:
-                continue
-            w = welch(vals, ref)
-            diff = "%+.2f (%+.1f%%)" % (mv - mr, 100 * (mv / mr - 1))
-            if w is None:
-                tail = "— | — | fewer than 2 seeds on a side"
-            else:
-                tail = "[%+.2f, %+.2f] | %.3f | %s" % (
-                    w["lo"], w["hi"], w["p"], "yes: %s" % ("worse" if w["diff"] > 0 else "better")
-                    if w["lo"] > 0 or w["hi"] < 0 else "no")
-            L.append("| %s | %d | %d / %d | %s | %s | %s | %s |" % (
-                labels[key], m, nv, nr, spread(mv, sv, nv), spread(mr, sr, nr), diff, tail))
-            if w is not None:
-                words.append(describe_difference("%s at m = %d" % (labels[key], m),
-                                                 "at m = %d" % U, w, "test ppl"))
-    if words:
-        L += ["", "In words:", ""] + ["- " + x for x in words]
-    return L
+         "Holm p | paired p | detectable (80%%) | outside the interval? |" % (U, U),
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    texts, findings = [], []
+    seeds = ",".join(map(str, sorted({s for (_, s, _) in by})))
+    where = device_words(pooled, a)
+    for name, ref, c in comps:
+        key, m = name.rsplit("_m", 1)
+        mv, sv, nv = mean_sd(list(g[name].values()))
+        mr, sr, nr = mean_sd(list(g[ref].values()))
+        diff = "%+.2f (%+.1f%%)" % (mv - mr, 100 * (mv / mr - 1))
+        w = c["welch"]
+        if w is None:
+            tail = "— | — | — | — | — | fewer than 2 seeds on a side"
+        else:
+            tail = "%s %s" % (stat_cells(c), "yes: %s" % ("worse" if w["diff"] > 0 else "better")
+                              if w["lo"] > 0 or w["hi"] < 0 else "no")
+        L.append("| %s | %s | %d / %d | %s | %s | %s | %s |" % (
+            labels[key], m, nv, nr, spread(mv, sv, nv), spread(mr, sr, nr), diff, tail))
+        if w is not None:
+            texts.append(describe_difference("%s at m = %s" % (labels[key], m),
+                                             "at m = %d" % U, c, "test ppl", n))
+        findings.append(finding(budget_words(a, runner), "%s at m = %s" % (labels[key], m),
+                                "its m = %d" % U, c, n, "%s comparisons" % words(n), seeds,
+                                where))
+    if texts:
+        L += ["", "In words:", ""] + ["- " + x for x in texts]
+    return L, groups, comps, findings
 
 
 def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
@@ -873,7 +1185,7 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
          "and run apart. Generated by `launcher/pn reproduce --task lm --%s --figure5` (this "
          "invocation: %.0f min)." % (os.path.relpath(runner.config, ROOT), a.seeds, U, U,
                                      runner.ini.get("max-epoch"), runner.ini.get("patience"),
-                                     U, a.preset, elapsed / 60), "",
+                                     U, a.preset, elapsed / 60) + invocation_note(a), "",
          "| norm | seed | " + " | ".join("m = %d" % m for m in minis) + " |",
          "|---|---|" + "---|" * len(minis)]
     by = {(r["key"], r["seed"], r["m"]): r for r in rows}
@@ -892,7 +1204,24 @@ def write_figure5_report(a, runner, rows, vlist, minis, elapsed):
             ln[seed] = r["test_ppl"]
             L.append("| LN (reference, m not used) | %d | %s |" % (
                 seed, " | ".join("%.1f" % r["test_ppl"] for _ in minis)))
-    L += figure5_seed_summary(by, vlist, minis, U)
+    pooled = pool(a, [(r["dir"], r["dir"]) for r in rows] +
+                  [(os.path.join(a.out, "table", "layer_s%d" % s),) * 2 for s in ln])
+    L[3:3] = [""] + provenance.describe(pooled)
+    lines, groups, comps, findings = figure5_seed_summary(a, runner, by, vlist, minis, U, pooled)
+    L += lines
+    plan_l, plan = plan_lines(a, "figure5", [(k, s, m) for (k, s, m) in by])
+    L += plan_l + tuning_lines(a, runner, labels)
+    flags = {name: "--max-tokens %s --update-freq %d" % (name.rsplit("_m", 1)[1],
+                                                         U // int(name.rsplit("_m", 1)[1]))
+             for name, _ in groups}
+    glabels = {name: "%s, m = %s" % (labels[name.rsplit("_m", 1)[0]], name.rsplit("_m", 1)[1])
+               for name, _ in groups}
+    write_report_json(a, runner, "figure5", "Figure 5 analog, --%s (%s epochs)" % (
+        a.preset, runner.ini.get("max-epoch")), groups, comps,
+        "each m against m = %d within the figure" % U, findings, pooled, plan, glabels,
+        None, flags)
+    if findings:
+        L += ["", "## Findings", ""] + ["- " + x for x in findings]
     plt = plt_or_none()
     if plt is not None and rows:
         draw_figure5(plt, by, ln, vlist, runner.seeds, minis, U, a.preset,
@@ -1072,41 +1401,61 @@ def draw_curves(curves, warmup, path, preset):
     return True
 
 
-def seed_summary(rows, vlist):
-    """Markdown lines: per norm the test perplexity's mean and standard deviation over seeds,
-    its difference to LN's with Welch's 95% confidence interval, and a sentence on each."""
-    by = {v[0]: [r["test_ppl"] for r in rows if r["key"] == v[0]] for v in vlist}
-    base = by.get("layer", [])
+def seed_groups(rows, vlist, metric="test_ppl"):
+    """[(key, {"values": {seed: value}, "capped": [seeds]})] of the finished rows, in vlist's
+    order."""
+    out = []
+    for v in vlist:
+        rs = [r for r in rows if r["key"] == v[0] and math.isfinite(r.get(metric, float("nan")))]
+        if rs:
+            out.append((v[0], {"values": {r["seed"]: r[metric] for r in rs},
+                               "capped": sorted(r["seed"] for r in rs if r.get("capped"))}))
+    return out
+
+
+def seed_summary(a, runner, rows, vlist, pooled, metric="test_ppl", unit="test ppl"):
+    """Markdown lines: per norm the metric's mean, sd and n over seeds; its difference to LN's
+    with Welch's 95% interval and p, Holm's adjusted p over the family of every norm against LN,
+    the paired test by seed, the difference detectable with 80% power; a sentence on each.
+    Returns (lines, groups, comparisons, findings)."""
+    labels = {v[0]: v[1] for v in vlist}
+    groups = seed_groups(rows, vlist, metric)
+    g = {k: x["values"] for k, x in groups}
+    comps = run_family(g, "layer", [k for k, _ in groups])
+    n = len(comps)
+    fam = "each norm against LN (%s comparisons, one family)" % words(n)
     L = ["", "## Over seeds: each norm against LN", "",
-         "Test perplexity at the best validation, mean ± sample standard deviation over the "
-         "seeds; the difference to LN's mean with its 95% confidence interval (Welch's t, "
-         "launcher/analysis/seed_stats.py). Negative: lower (better) than LN.", "",
-         "| norm | seeds | test ppl | − LN | 95% CI | p | outside the interval? |",
-         "|---|---|---|---|---|---|---|"]
-    words = []
-    for key, label, _, _, _ in vlist:
-        m, sd, n = mean_sd(by.get(key, []))
-        if m is None:
+         "%s at the best validation, mean ± sample standard deviation over the seeds; the "
+         "difference to LN's mean with Welch's 95%% interval and two-sided p (scipy), Holm's "
+         "adjusted p over the family declared here: %s; the paired t-test over the seeds both "
+         "have (a seed fixes data order and initialisation); the difference a Welch test detects "
+         "with 80%% power at these spreads (two-sided alpha 0.05). Negative: lower than LN. "
+         "\\* marks a group with capped cells (below)." % (unit.capitalize(), fam), "",
+         "| norm | seeds | %s | − LN | 95%% CI | p | Holm p | paired p | detectable (80%%) | "
+         "capped |" % unit, "|---|---|---|---|---|---|---|---|---|---|"]
+    by = {k: c for k, _, c in comps}
+    ln_m = mean_sd(list(g["layer"].values()))[0] if "layer" in g else None
+    for key, x in groups:
+        m, sd, nn = mean_sd(list(x["values"].values()))
+        cap = ",".join(map(str, x["capped"])) if x["capped"] else "—"
+        star = "*" if x["capped"] else ""
+        if key == "layer" or key not in by:
+            L.append("| %s%s | %d | %.2f ± %.2f | — | — | — | — | — | — | %s |" % (
+                labels[key], star, nn, m, sd, cap))
             continue
-        w = welch(by[key], base) if key != "layer" else None
-        ln_m = mean_sd(base)[0]
-        if key == "layer":
-            L.append("| %s | %d | %.2f ± %.2f | — | — | — | — |" % (label, n, m, sd))
-            continue
-        diff = "%+.2f (%+.1f%%)" % (m - ln_m, 100 * (m / ln_m - 1)) if ln_m else "—"
-        if w is None:
-            L.append("| %s | %d | %.2f ± %.2f | %s | — | — | fewer than 2 seeds on a side |" % (
-                label, n, m, sd, diff))
-        else:
-            out = w["lo"] > 0 or w["hi"] < 0
-            L.append("| %s | %d | %.2f ± %.2f | %s | [%+.2f, %+.2f] | %.3f | %s |" % (
-                label, n, m, sd, diff, w["lo"], w["hi"], w["p"],
-                "yes: %s than LN" % ("lower" if w["diff"] < 0 else "higher") if out else "no"))
-        if ln_m:
-            words.append(describe_difference(label, "LN", w, "test ppl"))
-    if words:
-        L += ["", "In words:", ""] + ["- " + x for x in words]
-    return L
+        c = by[key]
+        diff = "%+.2f (%+.1f%%)" % (c["diff"], c["diff_pct"]) if ln_m else "—"
+        L.append("| %s%s | %d | %.2f ± %.2f | %s | %s %s |" % (
+            labels[key], star, nn, m, sd, diff, stat_cells(c), cap))
+    seeds = ",".join(map(str, sorted({s for _, x in groups for s in x["values"]})))
+    where = device_words(pooled, a)
+    findings = [finding(budget_words(a, runner), labels[k], "LN", c, n, "%s norms" % words(n),
+                        seeds, where) for k, _, c in comps]
+    if comps:
+        L += ["", "In words:", ""] + ["- " + describe_difference(labels[k], "LN", c, unit, n)
+                                      for k, _, c in comps]
+    L += capped_note(rows, labels) + test_source_note(rows)
+    return L, groups, comps, findings
 
 
 def smoothed_train_nll(curve, window=57):
@@ -1172,7 +1521,12 @@ def alpha_grid_table(a, labels):
 
 def write_medium_report(a, runner, rows, vlist, elapsed):
     """REPORT.md of the medium and long presets: the table at the best-validation checkpoints,
-    the PN alpha grid, the learning curves of every cell that has started."""
+    the statistics over seeds with the declared family, provenance, the plan, the tuning, the
+    PN alpha grid, the learning curves of every cell that has started; and report.json."""
+    labels = {v[0]: v[1] for v in vlist}
+    done = [r for r in rows if math.isfinite(r["valid_ppl"])]
+    pooled = pool(a, [(r["dir"], r["dir"]) for r in done])
+    paper = paper_numbers(runner, "lm")
     L = ["# PowerNorm reproduction: language model, --%s" % a.preset, ""]
     L.append("Config `%s`, data `%s`, seeds %s, %d rank(s), device %s. Each cell trains until "
              "--max-epoch %s or %s validations without improvement (--patience); its test "
@@ -1180,36 +1534,56 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
              "`launcher/pn reproduce --task lm --%s` (this invocation: %.0f min)." % (
                  os.path.relpath(runner.config, ROOT),
                  runner.data if runner.data == "builtin" else os.path.relpath(runner.data, ROOT),
-                 a.seeds, a.ranks, a.device, runner.ini.get("max-epoch"),
-                 runner.ini.get("patience"), a.preset, elapsed / 60))
+                 a.seeds, a.ranks, pooled["fields"]["device"] if done else a.device,
+                 runner.ini.get("max-epoch"), runner.ini.get("patience"), a.preset,
+                 elapsed / 60) + invocation_note(a))
     if runner.extra:
         L.append("Extra pntrain flags: `%s`." % " ".join(runner.extra))
+    L += [""] + provenance.describe(pooled)
     L += ["", "## Table 2 analog", "",
           "| norm | seed | best valid ppl | test ppl at best valid | epoch of best | epochs "
-          "trained | train min (here) | paper test ppl |", "|---|---|---|---|---|---|---|---|"]
-    labels = {v[0]: v[1] for v in vlist}
-    paper = PAPER["lm"]
+          "trained | train min (here) |%s" % (" paper test ppl |" if paper else ""),
+          "|---|---|---|---|---|---|---|%s" % ("---|" if paper else "")]
     for r in sorted(rows, key=lambda r: ([v[0] for v in vlist].index(r["key"]), r["seed"])):
         if not math.isfinite(r["valid_ppl"]):
             continue
         pkey = {"layer": "layer", "batch": "batch", "power_v": "power_v", "power": "power",
                 "power_authors": "power"}.get(r["key"])
-        L.append("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f | %s |" % (
-            labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"], r["best_epoch"],
-            r["epochs"], r["train_s"] / 60, "%.1f" % paper[pkey] if pkey in paper else "—"))
+        L.append("| %s | %d | %.1f | %.1f%s | %.1f | %.1f | %.0f |%s" % (
+            labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"],
+            " *" if r.get("capped") else "", r["best_epoch"], r["epochs"], r["train_s"] / 60,
+            (" %s |" % ("%.1f" % paper[pkey] if pkey in paper else "—")) if paper else ""))
     missing = ["%s seed %d" % (labels[r["key"]], r["seed"]) for r in rows
                if not math.isfinite(r["valid_ppl"])]
     if missing:
         L += ["", "Not finished: " + ", ".join(missing) + "."]
-    L += seed_summary(rows, vlist)
+    if not paper:
+        L += ["", "No paper column: the corpus (%s) is not the paper's PTB." % corpus_of(runner)]
+    lines, groups, comps, findings = seed_summary(a, runner, rows, vlist, pooled)
+    L += lines
+    plan_l, plan = plan_lines(a, "table", [(r["key"], r["seed"], None) for r in done])
+    L += plan_l
     L += matched_loss_table([(labels[r["key"]], r) for r in rows
                              if math.isfinite(r["valid_ppl"])])
-    if a.no_tune:
+    alpha = flag_value(runner.extra, "pn-alpha-fwd", None)
+    if alpha is not None:
+        L += ["", "PN's momenta: alpha_fwd %s, alpha_bkw %s for both variants, from the extra "
+              "pntrain flags (each cell's cmd.txt)." % (
+                  alpha, flag_value(runner.extra, "pn-alpha-bkw", alpha)), ""]
+    elif a.no_tune:
         L += ["", "PN's momenta: alpha_fwd %s, alpha_bkw %s for both variants, from the config%s." % (
             runner.ini.get("pn-alpha-fwd"), runner.ini.get("pn-alpha-bkw"),
             " (the medium preset's choice on its short runs)" if a.preset == "long" else ""), ""]
     else:
         L += alpha_grid_table(a, labels)
+    L += tuning_lines(a, runner, labels) + [""]
+    flags = {v[0]: " ".join(["--norm", v[2]] + v[3]) for v in vlist}
+    write_report_json(a, runner, "table", "PTB LM, --%s (%s epochs)" % (
+        a.preset, runner.ini.get("max-epoch")) if corpus_of(runner) == "ptb" else
+        "%s LM, --%s" % (corpus_of(runner), a.preset), groups, comps,
+        "each norm against LN", findings, pooled, plan, labels, paper, flags)
+    if findings:
+        L += ["## Findings", ""] + ["- " + x for x in findings] + [""]
     curves = {}  # of the finished cells: a cell still training would end its curve mid-way
     finished = {(r["key"], r["seed"]) for r in rows if math.isfinite(r["valid_ppl"])}
     for key, label, _, _, _ in vlist:
@@ -1279,6 +1653,10 @@ def run_figure5(a, runner, vlist, report_vlist):
         return write_figure5_report(a, runner, shown, report_vlist, shown_minis,
                                     time.time() - t0)
 
+    if not a.report_only:
+        write_plan(a, runner, "figure5", [v[0] for v in vlist], {"mini_batches": minis},
+                   "each norm at each m against its own m = %d" % a.update_tokens,
+                   "each m against m = %d within the figure" % a.update_tokens)
     for i, ((key, _, norm, flags, _), seed, m) in enumerate(cells, 1):
         tag = "[%d/%d] %-14s m %4d seed %d" % (i, len(cells), key, m, seed)
         if a.report_only:
@@ -1287,7 +1665,9 @@ def run_figure5(a, runner, vlist, report_vlist):
             row = runner.figure5_cell(key, norm, flags, seed, m, tag)
         row["m"] = m
         rows.append(row)
-        path = report()
+        if not a.report_only:
+            interim(report)
+    path = report()
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
     return say_missing([r for r in rows if not math.isfinite(r["test_ppl"])], "Figure 5 cell(s)",
                        lambda r: "%s m %d seed %d" % (r["key"], r["m"], r["seed"]))
@@ -1345,13 +1725,22 @@ def write_dropout_report(a, runner, vlist, ps):
                 r = runner.row(v[0], seed, runner.dropout_dir(v[0], seed, p)[0])
                 if math.isfinite(r["test_ppl"]):
                     got[(v[0], seed, p)] = r
+    own = [p for p in ps if float(p) == float(runner.config_dropout())]
+    own_cells = [k for k in got if k[2] in own]
+    own_words = ("the cells at %s are the table's own, in table/" % own[0] if own_cells else
+                 "no cell at %s, the config's own, is in this folder yet: that column is empty"
+                 % runner.config_dropout() if own else
+                 "the config's own %s is not in this grid" % runner.config_dropout())
+    pooled = pool(a, [(r["dir"], r["dir"]) for r in got.values()])
     L = ["# PowerNorm reproduction: the dropout control at the %s budget" % a.preset, "",
          "Config `%s` (dropout %s there), seeds %s; every norm trained as the table's cells at "
-         "dropout %s (the cells at %s are the table's own). Test perplexity of the "
-         "best-validation checkpoint, its validation perplexity in brackets. Generated by "
-         "`launcher/pn reproduce --task lm --%s --dropouts %s`." % (
+         "dropout %s (%s). Test perplexity of the best-validation checkpoint, its validation "
+         "perplexity in brackets. Generated by `launcher/pn reproduce --task lm --%s%s "
+         "--dropouts %s`." % (
              os.path.relpath(runner.config, ROOT), runner.config_dropout(), a.seeds,
-             ", ".join(ps), runner.config_dropout(), a.preset, ",".join(ps)), "",
+             ", ".join(ps), own_words, a.preset,
+             " --device cuda" if a.device == "cuda" else "", a.dropouts or ",".join(ps)) +
+         invocation_note(a), "",
          "| norm | seed | " + " | ".join("dropout %s" % p for p in ps) + " |",
          "|---|---|" + "---|" * len(ps)]
     for v in vlist:
@@ -1378,36 +1767,63 @@ def write_dropout_report(a, runner, vlist, ps):
                          for p in score if p not in eligible and score[p] < score[best[v[0]]]]
     complete = [v[0] for v in vlist if all((v[0], s, p) in got for s in runner.seeds[:1]
                                            for p in ps)]
+    L[3:3] = [""] + provenance.describe(pooled)
     L += ["", "## Each norm at its own best dropout", "",
           "The dropout of the lowest mean best-validation perplexity over the seeds that have "
           "finished, among the dropouts with two seeds or more where the norm has such (the "
-          "test set plays no part in the choice). A norm whose dropout cells have not all "
-          "finished is marked: its best may still change.", "",
-          "| norm | best dropout | seeds | test ppl | − LN at its best | 95% CI | p |",
-          "|---|---|---|---|---|---|---|"]
-    base = [got[("layer", s, best["layer"])]["test_ppl"] for s in runner.seeds
-            if "layer" in best and ("layer", s, best["layer"]) in got]
-    words = []
+          "test set plays no part in the choice; every norm is chosen over the same grid). A "
+          "norm whose dropout cells have not all finished is marked: its best may still change. "
+          "Each norm against LN at their chosen dropouts: Welch's 95% interval and p (scipy), "
+          "Holm's adjusted p over the family of every norm against LN here, the paired test "
+          "by seed, the difference detectable with 80% power.", "",
+          "| norm | best dropout | seeds | test ppl | − LN at its best | 95% CI | p | Holm p | "
+          "paired p | detectable (80%) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    g, groups = {}, []
+    for v in vlist:
+        if v[0] in best:
+            cells = {s: got[(v[0], s, best[v[0]])] for s in runner.seeds
+                     if (v[0], s, best[v[0]]) in got}
+            g[v[0]] = {s: r["test_ppl"] for s, r in cells.items()}
+            groups.append((v[0], {"values": g[v[0]], "capped": sorted(
+                s for s, r in cells.items() if r.get("capped"))}))
+    comps = run_family(g, "layer", [v[0] for v in vlist])
+    by_c = {k: c for k, _, c in comps}
+    n = len(comps)
+    texts = []
     for v in vlist:
         if v[0] not in best:
             continue
-        vals = [got[(v[0], s, best[v[0]])]["test_ppl"] for s in runner.seeds
-                if (v[0], s, best[v[0]]) in got]
-        m, sd, n = mean_sd(vals)
+        m, sd, nn = mean_sd(list(g[v[0]].values()))
         mark = "" if v[0] in complete else " (grid unfinished)"
-        if v[0] == "layer" or not base:
-            L.append("| %s | %s%s | %d | %.2f ± %.2f | — | — | — |" % (v[1], best[v[0]], mark, n,
-                                                                  m, sd))
+        if v[0] not in by_c:
+            L.append("| %s | %s%s | %d | %.2f ± %.2f | — | — | — | — | — | — |" % (
+                v[1], best[v[0]], mark, nn, m, sd))
             continue
-        w = welch(vals, base)
-        diff = m - mean_sd(base)[0]
-        L.append("| %s | %s%s | %d | %.2f ± %.2f | %+.2f | %s | %s |" % (
-            v[1], best[v[0]], mark, n, m, sd, diff,
-            "[%+.2f, %+.2f]" % (w["lo"], w["hi"]) if w else "—", "%.3f" % w["p"] if w else "—"))
-        words.append(describe_difference("%s (dropout %s)" % (v[1], best[v[0]]),
-                                         "LN (dropout %s)" % best["layer"], w, "test ppl"))
-    if words or unseeded:
-        L += ["", "In words:", ""] + ["- " + x for x in words + unseeded]
+        c = by_c[v[0]]
+        L.append("| %s | %s%s | %d | %.2f ± %.2f | %+.2f | %s" % (
+            v[1], best[v[0]], mark, nn, m, sd, c["diff"], stat_cells(c)))
+        texts.append(describe_difference("%s (dropout %s)" % (v[1], best[v[0]]),
+                                          "LN (dropout %s)" % best["layer"], c, "test ppl", n))
+    seeds = ",".join(map(str, sorted({s for (_, s, _) in got})))
+    findings = [finding(budget_words(a, runner) + " at each norm's best dropout",
+                        "%s (dropout %s)" % (labels[k], best[k]), "LN (dropout %s)" %
+                        best["layer"], c, n, "%s norms" % words(n), seeds,
+                        device_words(pooled, a)) for k, _, c in comps]
+    L += capped_note([r for r in got.values()], labels, False) + \
+        test_source_note(list(got.values()))
+    plan_l, plan = plan_lines(a, "dropout", list(got))
+    L += plan_l + tuning_lines(a, runner, labels)
+    glabels = {k: "%s, dropout %s" % (labels[k], best[k]) for k in best}
+    flags = {v[0]: " ".join(["--norm", v[2]] + v[3] + ["--dropout", best[v[0]]])
+             for v in vlist if v[0] in best}
+    write_report_json(a, runner, "dropout", "PTB LM dropout control, --%s (%s epochs)%s" % (
+        a.preset, runner.ini.get("max-epoch"), " on the GPU" if a.device == "cuda" else ""),
+        groups, comps, "each norm against LN at their chosen dropouts", findings, pooled, plan,
+        glabels, paper_numbers(runner, "lm"), flags)
+    if findings:
+        L += ["", "## Findings", ""] + ["- " + x for x in findings]
+    if texts or unseeded:
+        L += ["", "In words:", ""] + ["- " + x for x in texts + unseeded]
     plt = plt_or_none()
     if plt is not None and got:
         name = "dropout_%s.png" % a.preset
@@ -1423,6 +1839,15 @@ def write_dropout_report(a, runner, vlist, ps):
     return path
 
 
+def interim(write, *args):
+    """A report written between cells: one the provenance check refuses is skipped (its line
+    printed) so that the cells go on; the final report refuses."""
+    try:
+        return write(*args)
+    except Refused:
+        return None
+
+
 def run_dropouts(a, runner, vlist, ps):
     """The dropout control of an epoch preset: every --norms at every dropout of ps, seed-major,
     each cell resumable; DROPOUT.md grows with them. Returns the exit status."""
@@ -1430,7 +1855,11 @@ def run_dropouts(a, runner, vlist, ps):
     print("reproduce: dropout control: %d cells (%s x dropout %s x seeds %s) -> %s" % (
         len(cells), ",".join(v[0] for v in vlist), ",".join(ps), a.seeds, a.out), flush=True)
     t0, missing = time.time(), []
-    path = write_dropout_report(a, runner, vlist, ps)
+    if not a.report_only:
+        write_plan(a, runner, "dropout", [v[0] for v in vlist], {"dropouts": ps},
+                   "each norm at its best dropout (by validation) against LN at its own",
+                   "each norm against LN at their chosen dropouts")
+        interim(write_dropout_report, a, runner, vlist, ps)
     for i, ((key, _, norm, flags, _), seed, p) in enumerate(cells, 1):
         if a.report_only:
             break
@@ -1438,7 +1867,8 @@ def run_dropouts(a, runner, vlist, ps):
         row = runner.dropout_cell(key, norm, flags, seed, p, tag)
         if not math.isfinite(row["test_ppl"]):
             missing.append("%s dropout %s seed %d" % (key, p, seed))
-        path = write_dropout_report(a, runner, vlist, ps)
+        interim(write_dropout_report, a, runner, vlist, ps)
+    path = write_dropout_report(a, runner, vlist, ps)
     print("reproduce: wrote %s (%.1f min)" % (path, (time.time() - t0) / 60))
     return say_missing(missing, "dropout cell(s)", lambda x: x)
 
@@ -1462,16 +1892,18 @@ def main():
                    help="the paper's recipe (configs/paper_ptb.ini, configs/paper_iwslt14.ini)")
     p.add_argument("--task", choices=["lm", "translation"], default="lm")
     p.add_argument("--seeds", default=None,
-                   help="comma-separated seeds (default: quick 1,2, full 1,2,3)")
+                   help="comma-separated seeds (default: quick 1,2, medium 1, long and full "
+                        "1-6: six seeds a norm give 80%% power at a 1%% difference)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda passes --device cuda to pntrain (needs a pntrain with its GPU "
                         "trainer)")
     p.add_argument("--ranks", type=int, default=1, help="ranks per cell (mpirun -np)")
-    p.add_argument("--config", help="INI file instead of the preset's")
-    p.add_argument("--data", help="data directory instead of the preset's")
+    p.add_argument("--config", help="INI file of every cell instead of the preset's")
+    p.add_argument("--data", help="data directory instead of the preset's (your own corpus: "
+                                  "train/valid/test.txt; the report then has no paper column)")
     p.add_argument("--norms", default=None,
-                   help="Table 2 rows to run (default all: layer,batch,power_v,power,"
-                        "power_authors)")
+                   help="comma-separated Table 2 rows to run (default all: layer,batch,power_v,"
+                        "power,power_authors)")
     p.add_argument("--ablation-norms", default=None, help="Figure 5 norms (default: preset)")
     p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
     p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
@@ -1482,13 +1914,17 @@ def main():
                         "--mini-batches m (default 512,1024,2048,4096) by accumulation; writes "
                         "OUT/FIGURE5.md")
     p.add_argument("--dropouts", default=None,
-                   help="medium, long: the dropout control instead of the table: --norms (default "
-                        "all) at each dropout of this comma-separated list (e.g. 0.2,0.3,0.4), "
-                        "the config's own value being the table's cell; writes OUT/DROPOUT.md")
+                   help="medium, long: the dropout control instead of the table: --norms at each "
+                        "dropout of this comma-separated list (the config's own value is always "
+                        "added: it is the table's cell); writes OUT/DROPOUT.md")
     p.add_argument("--no-tune", action="store_true",
                    help="medium: PN's alphas from the config instead of the short-run grid")
     p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rewrite REPORT.md and the figures from the finished cells")
+                   help="run nothing: rewrite the report and figures from the finished cells")
+    p.add_argument("--allow-mixed", action="append", default=[], metavar="FIELD",
+                   choices=provenance.FIELDS,
+                   help="pool cells whose provenance differs in FIELD (repeatable; by default a "
+                        "report refuses them), the report marking what was mixed")
     p.add_argument("--gen-sentences", type=int, default=None,
                    help="translation: test sentences translated for BLEU (0: all)")
     p.add_argument("--out", default=None, help="output directory (default reproduce_<task>_<preset>)")
@@ -1566,6 +2002,11 @@ def main():
                 raise ValueError
         except ValueError:
             die("--dropouts '%s' must be comma-separated values in [0, 1)" % a.dropouts)
+        own = runner.config_dropout()
+        if not any(float(x) == float(own) for x in ps):
+            print("reproduce: --dropouts %s: the config's own %s added (every dropout grid holds "
+                  "it: it is the table's cell)" % (a.dropouts, own), flush=True)
+            ps = sorted(ps + [own], key=float)
         return run_dropouts(a, runner, vlist, ps)
     t_all = time.time()
     cells = [(v, s) for s in seeds for v in vlist]  # seed-major: one full table row set first
@@ -1574,6 +2015,13 @@ def main():
     print("reproduce: %d table cells (%s x seeds %s), %s, config %s -> %s" % (
         len(cells), ",".join(v[0] for v in vlist), a.seeds, budget,
         os.path.relpath(config, ROOT), a.out), flush=True)
+    if not a.report_only:  # the protocol, declared before the first cell (tuning runs included)
+        tuned = a.preset in EPOCH_PRESETS and not a.no_tune
+        write_plan(a, runner, "table", [v[0] for v in vlist],
+                   {"pn_alpha": list(ALPHA_GRID) if tuned else None,
+                    "pn_alpha_tuning": ("seed %d, %d updates, PN variants only" % (
+                        TUNE_SEED, TUNE_UPDATES)) if tuned else None},
+                   "each norm's test_ppl against LN's (layer)", "each norm against LN")
     ab_dir = os.path.join(a.out, "ablation")
     ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,
                "--mini-batches", a.mini_batches or minis,
@@ -1619,7 +2067,7 @@ def main():
         rows.append(runner.table_cell(key, norm, flags, seed, probe=seed == seeds[0], tag=tag))
         # The report grows with the cells, so an interrupted run still leaves one; its
         # figures come from the first seed's cells.
-        report(rows, False, redraw=i == len(vlist))
+        interim(report, rows, False, i == len(vlist))
 
     # Figure 5 analog: ablate.py over the preset's norms and mini-batches.
     if not a.no_ablation and not a.report_only:
@@ -1635,4 +2083,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Refused:
+        sys.exit(2)  # check_pool printed the line naming the field and the cells
