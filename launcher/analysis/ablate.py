@@ -240,8 +240,8 @@ def main():
     p.add_argument("--beam", type=int, default=5, help="translation: beam size for BLEU")
     p.add_argument("--gen-sentences", type=int, default=None,
                    help="translation: sentences translated for BLEU (0: all; default: preset)")
-    p.add_argument("--config", help="INI file instead of the preset's")
-    p.add_argument("--data", help="data directory instead of the preset's")
+    p.add_argument("--config", help="INI file of every cell instead of the preset's")
+    p.add_argument("--data", help="your own corpus directory instead of the preset's")
     p.add_argument("--norms", default="layer,batch,power_v,power")
     p.add_argument("--mini-batches", default="512,1024,2048,4096")
     p.add_argument("--update-tokens", type=int, default=4096)

@@ -32,15 +32,32 @@ Presets (--quick is the default):
                     interrupted cell resumes from its last checkpoint
   lm long           configs/reproduce_long_ptb.ini: the medium recipe to the paper's 30 epochs
                     and its early stopping (5 epochs without gain), PN's alphas the medium
-                    tuning's choice (0.9 for both variants, in the config); cells as medium's
+                    tuning's choice (0.9 for both variants, in the config); cells as medium's;
+                    seeds 1-6 (six a norm: 80% power at a 1% difference)
   lm full           configs/paper_ptb.ini (the paper's recipe, a standard pre-norm
-                    Transformer in place of the tensorized one), seeds 1,2,3
+                    Transformer in place of the tensorized one), seeds 1-6
   translation quick configs/ablate_iwslt_quick.ini on the IWSLT'14 valid split, seeds 1,2
   translation full  configs/paper_iwslt14.ini (needs the IWSLT'14 train split)
 
 Usage: reproduce.py --pntrain BUILD/bin/pntrain [--task lm|translation] [--quick|--medium|--long|--full]
-                    [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR]
-                    [--no-ablation] [--report-only] [-- extra pntrain flags for every cell]
+                    [--seeds 1,2,3] [--device cpu|cuda] [--ranks 1] [--out DIR] [--data DIR]
+                    [--norms LIST] [--config INI] [--dropouts LIST] [--no-ablation]
+                    [--report-only] [--allow-mixed FIELD] [-- extra pntrain flags for every cell]
+
+--dropouts LIST (medium, long) runs the dropout control instead of the table: --norms at each
+dropout of the comma-separated list, the config's own value always added (the table's cell);
+it writes OUT/DROPOUT.md. --data DIR takes train.txt, valid.txt and test.txt of your own
+corpus; a report on a corpus that is not the paper's has no paper column. --allow-mixed FIELD
+is repeatable; the report marks what was mixed.
+
+Before the first cell a run writes its protocol into OUT/PLAN.json (PLAN_DROPOUT.json,
+PLAN_FIGURE5.json): norms, seeds, grids, budget, the primary comparison, its family, the test
+and the correction; the report quotes it with its sha256 digest and names cells it did not
+list. Every report gives Welch's intervals, Holm's adjusted p over its declared family (each
+norm against LN; each m against the largest m), paired tests by seed, the difference detectable
+with 80% power and the cells capped by the budget, and writes OUT/report.json. It refuses to
+pool cells whose provenance (commit, build, device, host: provenance.py) differs in anything
+but the seed unless --allow-mixed names the field.
 """
 import argparse
 import hashlib
@@ -1899,11 +1916,9 @@ def main():
                         "trainer)")
     p.add_argument("--ranks", type=int, default=1, help="ranks per cell (mpirun -np)")
     p.add_argument("--config", help="INI file of every cell instead of the preset's")
-    p.add_argument("--data", help="data directory instead of the preset's (your own corpus: "
-                                  "train/valid/test.txt; the report then has no paper column)")
+    p.add_argument("--data", help="your own corpus directory instead of the preset's")
     p.add_argument("--norms", default=None,
-                   help="comma-separated Table 2 rows to run (default all: layer,batch,power_v,"
-                        "power,power_authors)")
+                   help="rows to run, e.g. layer,power (default: all five)")
     p.add_argument("--ablation-norms", default=None, help="Figure 5 norms (default: preset)")
     p.add_argument("--mini-batches", default=None, help="Figure 5 mini-batches (default: preset)")
     p.add_argument("--update-tokens", type=int, default=4096, help="Figure 5 update size")
@@ -1914,17 +1929,14 @@ def main():
                         "--mini-batches m (default 512,1024,2048,4096) by accumulation; writes "
                         "OUT/FIGURE5.md")
     p.add_argument("--dropouts", default=None,
-                   help="medium, long: the dropout control instead of the table: --norms at each "
-                        "dropout of this comma-separated list (the config's own value is always "
-                        "added: it is the table's cell); writes OUT/DROPOUT.md")
+                   help="medium, long: each norm at each of these dropouts")
     p.add_argument("--no-tune", action="store_true",
                    help="medium: PN's alphas from the config instead of the short-run grid")
     p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rewrite the report and figures from the finished cells")
+                   help="run nothing: rewrite reports from finished cells")
     p.add_argument("--allow-mixed", action="append", default=[], metavar="FIELD",
                    choices=provenance.FIELDS,
-                   help="pool cells whose provenance differs in FIELD (repeatable; by default a "
-                        "report refuses them), the report marking what was mixed")
+                   help="pool cells whose provenance differs in FIELD")
     p.add_argument("--gen-sentences", type=int, default=None,
                    help="translation: test sentences translated for BLEU (0: all)")
     p.add_argument("--out", default=None, help="output directory (default reproduce_<task>_<preset>)")

@@ -100,9 +100,7 @@ grep -q "^| PN (paper) | 2 | [0-9.]* ± [0-9.]* | [-+][0-9.]* ([-+][0-9.]*%) | \
   "$tmp/md/REPORT.md" || fail "medium: no PN row with a 95% interval: $(grep -A8 'Over seeds' "$tmp/md/REPORT.md")"
 grep -q "^| LN s1 | [0-9]* | [0-9.]* |" "$tmp/md/REPORT.md" || fail "medium: no matched-loss row for LN"
 PYTHONPATH="$here/../../launcher/analysis" "$py" -c '
-from seed_stats import t_quantile, t_sf2, welch
-assert abs(t_quantile(0.975, 1) - 12.706) < 1e-3 and abs(t_quantile(0.975, 10) - 2.228) < 1e-3
-assert abs(t_sf2(2.0, 5) - 0.1019) < 1e-4
+from seed_stats import welch
 w = welch([1.0, 2.0, 3.0], [2.0, 4.0, 6.0])   # diff -2, se sqrt(5/3), df 2.94, t 1.55: p 0.22, t_0.975 3.22
 assert abs(w["diff"] + 2) < 1e-12 and abs(w["df"] - 2.9412) < 1e-3 and 0.21 < w["p"] < 0.23, w
 assert abs(w["lo"] + 6.155) < 0.01 and abs(w["hi"] - 2.155) < 0.01, w
