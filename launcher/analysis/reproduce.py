@@ -225,6 +225,9 @@ def device_words(pooled, a):
     hw = {"cpu": "the CPU", "cuda": "the GPU"}.get(dev, "devices %s" % dev)
     if dev == "cuda" and pooled and pooled["fields"]["gpu_name"] not in ("unknown", "mixed"):
         hw = "the GPU (%s)" % pooled["fields"]["gpu_name"]
+    if pooled and pooled["mixed"]:
+        hw += ", cells pooled across differing %s" % ", ".join(
+            "%s (%s)" % (f, ", ".join(sorted(pooled["values"][f]))) for f in pooled["mixed"])
     return hw
 
 
@@ -1154,7 +1157,7 @@ def figure5_seed_summary(a, runner, by, vlist, minis, U, pooled):
          "Test perplexity at the best validation, mean ± sample standard deviation over the seeds "
          "that have the cell; the difference of the means with Welch's 95%% interval and p "
          "(scipy), Holm's adjusted p over the family declared here: every m against m = "
-         "%d in this figure (%s comparisons, one family); the paired test over shared seeds; "
+         "%d in this figure (%s comparison(s), one family); the paired test over shared seeds; "
          "the difference detectable with 80%% power. Positive: worse with the smaller "
          "statistics batch." % (U, words(n)), "",
          "| norm | m | seeds (m / %d) | test ppl at m | at m = %d | difference | 95%% CI | p | "
@@ -1440,14 +1443,15 @@ def seed_summary(a, runner, rows, vlist, pooled, metric="test_ppl", unit="test p
     g = {k: x["values"] for k, x in groups}
     comps = run_family(g, "layer", [k for k, _ in groups])
     n = len(comps)
-    fam = "each norm against LN (%s comparisons, one family)" % words(n)
+    fam = "each norm against LN (%s comparison%s, one family)" % (words(n), "s" * (n != 1))
     L = ["", "## Over seeds: each norm against LN", "",
          "%s at the best validation, mean ± sample standard deviation over the seeds; the "
          "difference to LN's mean with Welch's 95%% interval and two-sided p (scipy), Holm's "
          "adjusted p over the family declared here: %s; the paired t-test over the seeds both "
          "have (a seed fixes data order and initialisation); the difference a Welch test detects "
          "with 80%% power at these spreads (two-sided alpha 0.05). Negative: lower than LN. "
-         "\\* marks a group with capped cells (below)." % (unit.capitalize(), fam), "",
+         "Capped: the seeds whose best validation is their last (below)." % (
+             unit.capitalize(), fam), "",
          "| norm | seeds | %s | − LN | 95%% CI | p | Holm p | paired p | detectable (80%%) | "
          "capped |" % unit, "|---|---|---|---|---|---|---|---|---|---|"]
     by = {k: c for k, _, c in comps}
@@ -1455,15 +1459,14 @@ def seed_summary(a, runner, rows, vlist, pooled, metric="test_ppl", unit="test p
     for key, x in groups:
         m, sd, nn = mean_sd(list(x["values"].values()))
         cap = ",".join(map(str, x["capped"])) if x["capped"] else "—"
-        star = "*" if x["capped"] else ""
         if key == "layer" or key not in by:
-            L.append("| %s%s | %d | %.2f ± %.2f | — | — | — | — | — | — | %s |" % (
-                labels[key], star, nn, m, sd, cap))
+            L.append("| %s | %d | %.2f ± %.2f | — | — | — | — | — | — | %s |" % (
+                labels[key], nn, m, sd, cap))
             continue
         c = by[key]
         diff = "%+.2f (%+.1f%%)" % (c["diff"], c["diff_pct"]) if ln_m else "—"
-        L.append("| %s%s | %d | %.2f ± %.2f | %s | %s %s |" % (
-            labels[key], star, nn, m, sd, diff, stat_cells(c), cap))
+        L.append("| %s | %d | %.2f ± %.2f | %s | %s %s |" % (
+            labels[key], nn, m, sd, diff, stat_cells(c), cap))
     seeds = ",".join(map(str, sorted({s for _, x in groups for s in x["values"]})))
     where = device_words(pooled, a)
     findings = [finding(budget_words(a, runner), labels[k], "LN", c, n, "%s norms" % words(n),
@@ -1471,7 +1474,7 @@ def seed_summary(a, runner, rows, vlist, pooled, metric="test_ppl", unit="test p
     if comps:
         L += ["", "In words:", ""] + ["- " + describe_difference(labels[k], "LN", c, unit, n)
                                       for k, _, c in comps]
-    L += capped_note(rows, labels) + test_source_note(rows)
+    L += capped_note(rows, labels, a.preset in EPOCH_PRESETS) + test_source_note(rows)
     return L, groups, comps, findings
 
 
@@ -1559,17 +1562,18 @@ def write_medium_report(a, runner, rows, vlist, elapsed):
     L += [""] + provenance.describe(pooled)
     L += ["", "## Table 2 analog", "",
           "| norm | seed | best valid ppl | test ppl at best valid | epoch of best | epochs "
-          "trained | train min (here) |%s" % (" paper test ppl |" if paper else ""),
-          "|---|---|---|---|---|---|---|%s" % ("---|" if paper else "")]
+          "trained | train min (here) |%s capped |" % (" paper test ppl |" if paper else ""),
+          "|---|---|---|---|---|---|---|---|%s" % ("---|" if paper else "")]
     for r in sorted(rows, key=lambda r: ([v[0] for v in vlist].index(r["key"]), r["seed"])):
         if not math.isfinite(r["valid_ppl"]):
             continue
         pkey = {"layer": "layer", "batch": "batch", "power_v": "power_v", "power": "power",
                 "power_authors": "power"}.get(r["key"])
-        L.append("| %s | %d | %.1f | %.1f%s | %.1f | %.1f | %.0f |%s" % (
-            labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"],
-            " *" if r.get("capped") else "", r["best_epoch"], r["epochs"], r["train_s"] / 60,
-            (" %s |" % ("%.1f" % paper[pkey] if pkey in paper else "—")) if paper else ""))
+        L.append("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.0f |%s %s |" % (
+            labels[r["key"]], r["seed"], r["valid_ppl"], r["test_ppl"], r["best_epoch"],
+            r["epochs"], r["train_s"] / 60,
+            (" %s |" % ("%.1f" % paper[pkey] if pkey in paper else "—")) if paper else "",
+            "*" if r.get("capped") else ""))
     missing = ["%s seed %d" % (labels[r["key"]], r["seed"]) for r in rows
                if not math.isfinite(r["valid_ppl"])]
     if missing:
@@ -1839,8 +1843,12 @@ def write_dropout_report(a, runner, vlist, ps):
         glabels, paper_numbers(runner, "lm"), flags)
     if findings:
         L += ["", "## Findings", ""] + ["- " + x for x in findings]
-    if texts or unseeded:
-        L += ["", "In words:", ""] + ["- " + x for x in texts + unseeded]
+    lo, hi = min(ps, key=float), max(ps, key=float)
+    edge = ["%s's choice %s is the grid's %s value: its best may lie outside the grid." % (
+        labels[k], p, "smallest" if p == lo else "largest") for k, p in best.items()
+        if len(ps) > 1 and p in (lo, hi)]
+    if texts or unseeded or edge:
+        L += ["", "In words:", ""] + ["- " + x for x in texts + unseeded + edge]
     plt = plt_or_none()
     if plt is not None and got:
         name = "dropout_%s.png" % a.preset
@@ -2032,7 +2040,10 @@ def main():
         write_plan(a, runner, "table", [v[0] for v in vlist],
                    {"pn_alpha": list(ALPHA_GRID) if tuned else None,
                     "pn_alpha_tuning": ("seed %d, %d updates, PN variants only" % (
-                        TUNE_SEED, TUNE_UPDATES)) if tuned else None},
+                        TUNE_SEED, TUNE_UPDATES)) if tuned else None,
+                    "ablation": None if a.no_ablation else {
+                        "norms": (a.ablation_norms or ab_norms).split(","),
+                        "mini_batches": int_list(a.mini_batches or minis, "--mini-batches")}},
                    "each norm's test_ppl against LN's (layer)", "each norm against LN")
     ab_dir = os.path.join(a.out, "ablation")
     ab_args = ["--task", a.task, "--norms", a.ablation_norms or ab_norms,

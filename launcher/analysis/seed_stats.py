@@ -23,6 +23,7 @@ import os
 import re
 import statistics
 import sys
+import warnings
 
 import numpy as np
 from scipy import optimize, stats
@@ -86,7 +87,12 @@ def detectable(w, power=POWER, alpha=ALPHA):
         nc = delta / se
         return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) - power
 
-    return float(optimize.brentq(power_at, 1e-12 * se, 100 * se))
+    with warnings.catch_warnings():  # boost's noncentral t warns far out in its tails
+        warnings.simplefilter("ignore", RuntimeWarning)
+        hi = (crit + 2.0) * se
+        while power_at(hi) < 0:
+            hi *= 2
+        return float(optimize.brentq(power_at, 0.0, hi))
 
 
 def paired(a_by_seed, b_by_seed):
@@ -191,8 +197,9 @@ def cell_results(pattern):
         except (OSError, ValueError, KeyError):
             print("seed_stats: %s has no finished eval.json: left out" % d, file=sys.stderr)
     if not cells:
-        sys.exit("seed_stats: no finished cell (a directory with eval.json) matches '%s'" %
-                 pattern)
+        print("seed_stats: error: no finished cell (a directory with eval.json) matches '%s': "
+              "give a glob or comma list of cell directories" % pattern, file=sys.stderr)
+        sys.exit(2)
     return cells
 
 
@@ -209,8 +216,9 @@ def main(argv):
     a = p.parse_args(argv)
     if len(a.groups) != 4:
         p.print_usage(sys.stderr)
-        sys.exit("seed_stats: two groups, each a LABEL and its CELLS (a glob or a comma list of "
-                 "cell directories)")
+        print("seed_stats: error: two groups, each a LABEL and its CELLS (a glob or a comma list "
+              "of cell directories)", file=sys.stderr)
+        sys.exit(2)
     bad = [f for f in a.allow_mixed if f not in provenance.FIELDS]
     if bad:
         print("seed_stats: error: --allow-mixed %s: no such provenance field (choose from %s)" % (

@@ -131,7 +131,7 @@ grep -q "must be comma-separated values in \[0, 1)" <<<"$out" || fail "dropouts 
 # The long preset: the medium cells with the config's 30 epochs, patience 10 and PN's alphas
 # from the config (no tuning runs).
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --long --data builtin \
-      --norms layer,power --out "$tmp/lg" -- "${mflags[@]}" 2>&1); rc=$?
+      --norms layer,power --seeds 1 --out "$tmp/lg" -- "${mflags[@]}" 2>&1); rc=$?
 echo "$out"
 [ $rc -eq 0 ] || fail "long: exit $rc"
 report="$tmp/lg/REPORT.md"
