@@ -393,7 +393,8 @@ def report_dates(a, pooled):
         return [times[0][:10], times[-1][:10]]
     try:
         out = subprocess.run(["git", "-C", a.out, "log", "--format=%cs", "--diff-filter=A",
-                              "--", "."], capture_output=True, text=True, timeout=60).stdout
+                              "--", ":(glob)**/eval.json"], capture_output=True, text=True,
+                             timeout=60).stdout
         ds = sorted(d for d in out.split() if re.fullmatch(r"\d{4}-\d{2}-\d{2}", d))
         if ds:
             return [ds[0], ds[-1]]
