@@ -6,7 +6,7 @@ per norm and seed, and a start record naming the commit it is given):
      scipy's and statsmodels' on those values (and the adjusted p is not the raw one);
   2. cells of two commits: the report refuses them with one line naming the field and both
      commits (exit 2); --allow-mixed commit pools them and the report says so; seed_stats.py
-     the same;
+     the same; a field one cell does not record ("unknown") is refused beside a known value;
   3. PLAN.json exists when the first cell starts, REPORT.md quotes it with its sha256 digest,
      and names the cells the plan did not list; report.json has the docs' keys and no paper
      numbers on a corpus that is not the paper's.
@@ -143,6 +143,19 @@ try:
                         capture_output=True, text=True)
     check(ss.returncode == 0 and "Pooled across differing commit" in ss.stdout,
           "seed_stats --allow-mixed commit: exit %d: %s%s" % (ss.returncode, ss.stdout, ss.stderr))
+
+    # An unknown field is no known value: a cell without start records (as cells run before
+    # pntrain wrote them) against cells that name their host.
+    cell = os.path.join(out, "table", "batch_s1", "metrics.jsonl")
+    kept = open(cell).read()
+    with open(cell, "w") as f:
+        f.write("".join(x + "\n" for x in kept.splitlines() if '"event"' not in x))
+    rc, text = run(base + ["--seeds", "1,2,3", "--report-only", "--allow-mixed", "commit"] + extra,
+                   env)
+    check(rc == 2 and re.search(r"differ in host: standin in .*; unknown in table/batch_s1", text),
+          "an unknown host pooled with a known one: exit %d: %s" % (rc, text[-1500:]))
+    with open(cell, "w") as f:
+        f.write(kept)
 
     # 3 (cont.). The plan quoted with its digest; the cells it did not list named.
     check("`PLAN.json` (%s)" % digest in report, "REPORT.md does not quote PLAN.json's digest %s"
