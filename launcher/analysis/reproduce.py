@@ -226,8 +226,11 @@ def device_words(pooled, a):
     if dev == "cuda" and pooled and pooled["fields"]["gpu_name"] not in ("unknown", "mixed"):
         hw = "the GPU (%s)" % pooled["fields"]["gpu_name"]
     if pooled and pooled["mixed"]:
+        def vals(f):  # the values where they are short, else their count
+            v = ", ".join(sorted(pooled["values"][f]))
+            return v if len(v) <= 40 else "%d values" % len(pooled["values"][f])
         hw += ", cells pooled across differing %s" % ", ".join(
-            "%s (%s)" % (f, ", ".join(sorted(pooled["values"][f]))) for f in pooled["mixed"])
+            "%s (%s)" % (f, vals(f)) for f in pooled["mixed"])
     return hw
 
 
