@@ -15,7 +15,9 @@ PROGRESS_S = float(os.environ.get("PN_PROGRESS_S", "60"))
 def read_metrics(path, warn=False):
     """Returns (update lines, validation lines) of a metrics file; ([], []) when it is missing.
     Lines that are not JSON (a line cut by an interrupted run) are skipped, with a message on
-    stderr when warn is set. A committed file over 2 MB is kept as PATH.gz, read the same."""
+    stderr when warn is set, and so are the records of an attempt's start and end ("event") and
+    of a test evaluation ("test_loss"). A committed file over 2 MB is kept as PATH.gz, read the
+    same."""
     updates, valids = [], []
     if not os.path.exists(path) and os.path.exists(path + ".gz"):
         opened = gzip.open(path + ".gz", "rt")
@@ -33,6 +35,8 @@ def read_metrics(path, warn=False):
             except ValueError:
                 if warn:
                     print("%s:%d: not JSON, skipped" % (path, n), file=sys.stderr)
+                continue
+            if "event" in j or "test_loss" in j:
                 continue
             (valids if "valid_loss" in j else updates).append(j)
     return updates, valids
