@@ -567,6 +567,12 @@ std::string device_summary() {
 DeviceVersions device_versions() {
   DeviceVersions v;
   v.blas = std::string(openblas_get_config()) + ", core " + openblas_get_corename();
+  // A core forced by OPENBLAS_CORETYPE (the user's, or rerun_with_openblas_core's over its pick).
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
+    const char* fallback = std::getenv("PN_OPENBLAS_FALLBACK");
+    v.blas += std::string(" (OPENBLAS_CORETYPE=") + forced +
+              (fallback ? std::string("; OpenBLAS chose ") + fallback : std::string()) + ")";
+  }
 #ifdef PN_HAVE_CUDA
   const Context& c = current_context();
   if (c.device == Device::CUDA) {

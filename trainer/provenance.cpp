@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <sstream>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/device.h"
@@ -49,10 +50,17 @@ nlohmann::json run_provenance(const Options& opt, const Communicator& comm) {
 std::string provenance_summary(const nlohmann::json& p) {
   const std::string commit = p.value("commit", "unknown");
   const nlohmann::json clean = p.value("tree_clean", nlohmann::json());
+  // The BLAS as its name and version (the configuration's first two words) and its core.
+  const std::string blas = p.value("blas", "?");
+  std::istringstream words(blas);
+  std::string name, version;
+  words >> name >> version;
+  const size_t core = blas.find(", core ");
   return "build: commit " + (commit == "unknown" ? commit : commit.substr(0, 10)) + " (" +
          (clean.is_boolean() ? (clean.get<bool>() ? "clean tree" : "tree with local changes")
                              : "not a git checkout") +
-         "), " + p.value("build_type", "?") + ", " + p.value("blas", "?");
+         "), " + p.value("build_type", "?") + ", " + name + " " + version +
+         (core == std::string::npos ? std::string() : blas.substr(core));
 }
 
 std::string utc_now() {

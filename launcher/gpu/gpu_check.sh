@@ -52,7 +52,7 @@
 #   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`,
 #                   by default the declared protocol in two stages: --long with the five norms
 #                   (and dyt where this pntrain and reproduce.py have it), seeds 1-6, dropouts
-#                   0.2 and 0.3 (the config's own), into REPORT_DIR/results/protocol_lm_long_cuda;
+#                   0.3 (the config's own) and 0.2, in REPORT_DIR/results/protocol_lm_long_cuda;
 #                   then, once every such cell is done and time is left, --full (the table only)
 #                   with seeds 1-3 into results/protocol_lm_full_cuda. --reproduce 'ARGS' runs
 #                   those arguments instead (add --norms, --dropouts, --figure5 as on the CPU),
