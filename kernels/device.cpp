@@ -584,8 +584,8 @@ DeviceVersions device_versions() {
     v.gpu_name = p.name;
     // The kernel module's version (nvidia-smi's "Driver Version"), then the CUDA it supports.
     const std::string module = nvidia_module_version();
-    v.gpu_driver =
-        (module.empty() ? "" : module + " ") + "(CUDA " + cuda_version_text(driver) + ")";
+    const std::string supported = "CUDA " + cuda_version_text(driver);
+    v.gpu_driver = module.empty() ? supported : module + " (" + supported + ")";
     v.cuda = cuda_version_text(runtime);
     v.cudnn = cuda::cudnn_version();
   }
