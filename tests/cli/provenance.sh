@@ -4,14 +4,14 @@
 # commit of the source tree (git rev-parse HEAD where it is a checkout), a boolean tree state,
 # and the ranks and threads of the startup line; an end record per attempt (interrupted at 4,
 # done at 6); the final checkpoint carries the same provenance; --eval-only with --metrics
-# appends the test record of the evaluation it printed.
+# appends the test record of the evaluation it printed; a run that fails ends with its record.
 # Usage: provenance.sh SOURCE_DIR PNTRAIN MPIRUN...
 set -u
 src="$1"; shift
 . "$(dirname "$0")/common.sh"
-small=(--decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --decoder-layers 1 --max-tokens 256
-       --tokens-per-sample 32 --validate-interval-updates 3 --log-interval 1 --threads 1
-       --max-update 6 --metrics m.jsonl --save-dir ck)
+model=(--decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --decoder-layers 1 --max-tokens 256
+       --tokens-per-sample 32 --log-interval 1 --threads 1 --max-update 6)
+small=("${model[@]}" --validate-interval-updates 3 --metrics m.jsonl --save-dir ck)
 timeout 300 "${mpirun[@]}" -np 2 "$pntrain" "${small[@]}" --debug-fault sigterm@4 > first.log 2>&1
 rc=$?
 [ $rc -eq 143 ] || { fail "the interrupted attempt: exit $rc (want 143)"; tail -3 first.log; }
@@ -22,7 +22,8 @@ timeout 300 "$pntrain" --save-dir ck --eval-only --metrics m.jsonl > eval.log 2>
 commit=$(git -C "$src" rev-parse HEAD 2>/dev/null || echo unknown)
 "$py" - m.jsonl first.log second.log eval.log ck/checkpoint_6/model.bin "$commit" <<'PY' ||
 import json, re, struct, sys
-metrics, logs, evallog, model_bin, commit = sys.argv[1], sys.argv[2:4], sys.argv[4], sys.argv[5], sys.argv[6]
+metrics, logs, evallog, model_bin, commit = (sys.argv[1], sys.argv[2:4], sys.argv[4], sys.argv[5],
+                                             sys.argv[6])
 rows = [json.loads(l) for l in open(metrics) if l.strip()]
 keys = ["commit", "tree_clean", "build_type", "build_flags", "device", "cpu_model", "cpu_isa",
         "blas", "gpu_name", "gpu_driver", "cuda", "cudnn", "nccl", "precision", "ranks",
@@ -62,5 +63,14 @@ print("ok: starts at %s, ends %s, commit %s (tree clean: %s), ranks %d, threads 
          starts[0]["provenance"]["ranks"], starts[0]["provenance"]["threads"], ppl))
 PY
   fail "the records (above)"
+# A run that fails (a NaN loss it gives up on) ends with a failed record at its last update.
+timeout 300 "$pntrain" "${model[@]}" --metrics f.jsonl --debug-fault nan@3 --max-bad-updates 1 \
+  > failed.log 2>&1
+rc=$?
+last=$(tail -n 1 f.jsonl)
+want='{"event":"end","reason":"failed","time":"'*'","update":2}'
+if [ $rc -ne 2 ] || [[ "$last" != $want ]]; then
+  fail "a failed run: exit $rc (want 2), last record $last"
+else echo "ok: a failed run ends with $last"; fi
 [ $failures -eq 0 ] && echo "provenance: all checks passed"
 exit $((failures > 0))
