@@ -142,5 +142,7 @@ std::unique_ptr<Communicator> make_group_communicator(Communicator& world, int g
 std::string sync_group_error(int group_size, int world_size);
 // True when the environment says we run under an MPI launcher.
 bool launched_by_mpi();
+// The version of the NCCL library this process runs on ("2.21.5"); "" when built without NCCL.
+std::string nccl_version();
 
 }  // namespace pn

@@ -47,6 +47,10 @@ std::unique_ptr<Communicator> make_device_communicator(int* argc, char*** argv) 
 #endif
 }
 
+#ifndef PN_HAVE_NCCL
+std::string nccl_version() { return ""; }  // comm/nccl_comm.cpp's when built with NCCL
+#endif
+
 std::unique_ptr<Communicator> make_device_communicator(std::unique_ptr<Communicator> host) {
 #ifdef PN_HAVE_NCCL
   return make_nccl_communicator(std::move(host));

@@ -303,4 +303,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
   return std::make_unique<NcclCommunicator>(std::move(host));
 }
 
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess || v <= 0) return "";
+  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch from 2.9 on, major*1000 + ... before.
+  const bool current = v >= 10000;
+  const int major = current ? v / 10000 : v / 1000, minor = current ? v / 100 % 100 : v / 100 % 10;
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
+}
+
 }  // namespace pn

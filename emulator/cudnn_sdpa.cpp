@@ -50,6 +50,7 @@ void probabilities(const View& q, const View& k, std::vector<double>& P, double*
 std::string sdpa_unsupported(const SdpaShape& s) { return sdpa_shape_refused(s); }
 size_t sdpa_workspace_bytes(const SdpaShape&) { return 256; }
 std::string sdpa_description() { return "the emulation's attention (double sums, bf16 results)"; }
+std::string cudnn_version() { return ""; }  // no cuDNN: the emulation computes its outputs
 
 // On the stream, as the library's kernels run (emulator/runtime.cpp's queue).
 void sdpa_forward(const SdpaShape& shape, const bf16* qkv, bf16* o, float* lse, void*,

@@ -36,3 +36,4 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s);
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();
+ncclResult_t ncclGetVersion(int* version);  // 0: the emulation is no NCCL release

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <cstdlib>
 #include <cctype>
 #include <cstring>
@@ -507,6 +509,31 @@ void rerun_with_openblas_core(char** argv) {
   unsetenv("PN_OPENBLAS_FALLBACK");
 }
 
+#ifdef PN_HAVE_CUDA
+namespace {
+// 12040 -> "12.4": a version as cudaDriverGetVersion and cudaRuntimeGetVersion give it.
+std::string cuda_version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+// The version in /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX ... Kernel Module
+// 550.54.15 ..."): its first word of digits and dots with a dot after "Module"; "" if none.
+std::string nvidia_module_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line, word;
+  if (!std::getline(in, line)) return "";
+  const size_t at = line.find("Module");
+  if (at == std::string::npos) return "";
+  std::istringstream words(line.substr(at));
+  while (words >> word)
+    if (word.find('.') != std::string::npos &&
+        word.find_first_not_of("0123456789.") == std::string::npos)
+      return word;
+  return "";
+}
+}  // namespace
+#endif
+
 std::string device_summary() {
   const Context& c = current_context();
   // bf16 off a GPU is either the CPU's bf16 instructions or only bf16's numerics: say which.
@@ -527,14 +554,43 @@ std::string device_summary() {
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
   return "cuda:" + std::to_string(c.cuda_device) + " " + p.name + " (sm_" +
          std::to_string(p.major) + std::to_string(p.minor) + ", " +
-         std::to_string(p.totalGlobalMem >> 30) + " GiB), driver " + ver(driver) + ", runtime " +
-         ver(runtime) + ", GEMMs in " + gemm_math_name(c.gemm_math);
+         std::to_string(p.totalGlobalMem >> 30) + " GiB), driver " +
+         cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) + ", GEMMs in " +
+         gemm_math_name(c.gemm_math);
 #else
   return "cuda";
 #endif
+}
+
+DeviceVersions device_versions() {
+  DeviceVersions v;
+  v.blas = std::string(openblas_get_config()) + ", core " + openblas_get_corename();
+  // A core forced by OPENBLAS_CORETYPE (the user's, or rerun_with_openblas_core's over its pick).
+  if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) {
+    const char* fallback = std::getenv("PN_OPENBLAS_FALLBACK");
+    v.blas += std::string(" (OPENBLAS_CORETYPE=") + forced +
+              (fallback ? std::string("; OpenBLAS chose ") + fallback : std::string()) + ")";
+  }
+#ifdef PN_HAVE_CUDA
+  const Context& c = current_context();
+  if (c.device == Device::CUDA) {
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, c.cuda_device));
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    v.gpu_name = p.name;
+    // The kernel module's version (nvidia-smi's "Driver Version"), then the CUDA it supports.
+    const std::string module = nvidia_module_version();
+    const std::string supported = "CUDA " + cuda_version_text(driver);
+    v.gpu_driver = module.empty() ? supported : module + " (" + supported + ")";
+    v.cuda = cuda_version_text(runtime);
+    v.cudnn = cuda::cudnn_version();
+  }
+#endif
+  return v;
 }
 
 std::string device_name(Device d) {

@@ -140,6 +140,13 @@ std::string cuda_unavailable_reason();
 // One line naming the current context's device: for CUDA the GPU model, its memory, the driver
 // and runtime versions.
 std::string device_summary();
+// What a run's provenance records of its libraries and device (trainer/provenance.cpp): the BLAS
+// (OpenBLAS's configuration and the core kernels it runs), and for the current context's GPU
+// its name, the driver's and the CUDA runtime's versions and cuDNN's; "" where one is absent.
+struct DeviceVersions {
+  std::string blas, gpu_name, gpu_driver, cuda, cudnn;
+};
+DeviceVersions device_versions();
 
 // OpenBLAS chooses its kernels when it loads, by its own table of CPUs unless OPENBLAS_CORETYPE
 // names them. A CPU newer than the table gets a pre-AVX2 core (Debian's 0.3.21 runs its SSE3

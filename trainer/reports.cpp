@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kernels/device.h"
+#include "trainer/provenance.h"
 #include "trainer/update_loop.h"
 
 namespace pn {
@@ -73,8 +74,10 @@ void Trainer::log_statistics_batches() {
 }
 
 void Trainer::open_metrics() {
+  // An evaluation adds its record to the run's file; a fresh run starts one.
+  const bool append = start_update_ > 0 || opt_.eval_only;
   if (start_update_ > 0 && !opt_.eval_only) truncate_metrics();
-  metrics_.open(opt_.metrics, std::ios::out | (start_update_ > 0 ? std::ios::app : std::ios::trunc));
+  metrics_.open(opt_.metrics, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!metrics_)
     throw std::runtime_error("cannot write the metrics file '" + opt_.metrics +
                              "': check that its directory exists and is writable");
@@ -82,7 +85,8 @@ void Trainer::open_metrics() {
 
 void Trainer::truncate_metrics() {
   // The records past the restored update were written by the run that was cut off; the resumed
-  // run writes them again, so the file keeps one history.
+  // run writes them again, so the file keeps one history. The attempts' start and end records
+  // stay: they are that history.
   std::ifstream in(opt_.metrics);
   if (!in) return;
   std::vector<std::string> keep;
@@ -90,7 +94,7 @@ void Trainer::truncate_metrics() {
   for (std::string line; std::getline(in, line);) {
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("update") && j["update"].is_number() &&
-        j["update"].get<int64_t>() > start_update_)
+        !j.contains("event") && j["update"].get<int64_t>() > start_update_)
       ++dropped;
     else
       keep.push_back(line);
@@ -115,6 +119,31 @@ void Trainer::write_metrics(const std::string& line) {
     metrics_ << line << '\n';
     metrics_.flush();
   }
+}
+
+void Trainer::record_start() {
+  if (comm_.rank() != 0 || opt_.eval_only) return;
+  write_metrics(nlohmann::json({{"event", "start"},
+                                {"update", start_update_},
+                                {"time", utc_now()},
+                                {"provenance", provenance_}})
+                    .dump());
+}
+
+void Trainer::record_end(const std::string& reason) {
+  if (comm_.rank() != 0 || opt_.eval_only) return;
+  write_metrics(nlohmann::json(
+                    {{"event", "end"}, {"update", reached_update_}, {"time", utc_now()},
+                     {"reason", reason}})
+                    .dump());
+}
+
+void Trainer::record_test(const EvalResult& test) {
+  if (comm_.rank() != 0) return;
+  write_metrics(nlohmann::json({{"update", start_update_},
+                                {"test_loss", test.nll},
+                                {"test_ppl", std::exp(test.nll)}})
+                    .dump());
 }
 
 void Trainer::record_update(Run* run, int64_t update, const UpdateStats& s) {

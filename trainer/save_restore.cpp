@@ -102,6 +102,7 @@ bool Trainer::save_checkpoint(int64_t update, const std::string& name, int keep,
                            {"validations_without_gain", validations_without_gain_}};
       if (std::isfinite(best_valid_)) model_file.header["best_valid_loss"] = best_valid_;
       if (validation_pending_) model_file.header["validation_pending"] = true;
+      if (!provenance_.is_null()) model_file.header["provenance"] = provenance_;  // this attempt's
       // Packed: the tensors alone, whatever padding this device reserved (layers/params.h).
       const ParamStore<float>& p = params();
       model_file.payload.reserve(3 * p.packed_size() * sizeof(float));

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "trainer/checkpoint.h"
+#include "trainer/provenance.h"
 
 namespace pn {
 
@@ -76,8 +77,13 @@ void Trainer::setup() {
     restore = resume.dir;
   }
   if (!restore.empty()) restore_checkpoint(restore), last_checkpoint_ = restore;
+  reached_update_ = start_update_;
+  provenance_ = run_provenance(opt_, comm_);
   if (comm_.rank() == 0 && !opt_.metrics.empty()) open_metrics();
-  if (comm_.rank() == 0) log_model_summary(), log_statistics_batches();
+  if (comm_.rank() == 0) {
+    LOG(INFO) << provenance_summary(provenance_);
+    log_model_summary(), log_statistics_batches();
+  }
 }
 
 void Trainer::choose_probed_norms() {

@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -94,6 +95,14 @@ class Trainer {
   // Runs fn with the evaluation's norm state (rank 0's or the mean over ranks, --pn-eval-state)
   // and gives every rank its own rank-local state back afterwards.
   void with_eval_state(const std::function<void()>& fn);
+  // The --metrics file's records of this attempt (rank 0, when --metrics is given): its start
+  // at the update it starts from, with the provenance; its end ("done", "interrupted" or
+  // "failed") at the last update it finished; and a test evaluation's loss at the restored update.
+  void record_start();
+  void record_end(const std::string& reason);
+  void record_test(const EvalResult& test);
+  // Where this run computes (trainer/provenance.h); also in every checkpoint it writes.
+  const nlohmann::json& provenance() const { return provenance_; }
 
  private:
   using MakeTask = std::function<std::unique_ptr<ModelTask>(Communicator* stats_comm)>;
@@ -154,6 +163,8 @@ class Trainer {
   Buf<double> update_sums_;
   std::ofstream metrics_;
   int64_t start_update_ = 0;
+  int64_t reached_update_ = 0;  // the last update this attempt finished (its start at first)
+  nlohmann::json provenance_;
   // Early stopping's state, carried by checkpoints so that a resumed run stops where an
   // uninterrupted one would and never replaces checkpoint_best with a worse model.
   double best_valid_ = std::numeric_limits<double>::infinity();

@@ -243,6 +243,7 @@ int Trainer::agreed_interrupt() {
 // stop on a signal that every rank agrees on. Returns true when training ends here.
 bool Trainer::end_update(Run* run, int64_t update, bool last, bool stop, int signal) {
   TrainResult& result = run->result;
+  reached_update_ = update + 1;
   // fairseq's --save-interval: at the end of every N-th epoch.
   const double epoch_done = std::floor(task_->epoch_of(update + 1));
   const bool epoch_save = opt_.save_interval > 0 &&

@@ -42,4 +42,15 @@ std::string cpu_model_name() {
   return name.empty() ? "this CPU" : name;
 }
 
+std::string cpu_isa() {
+  static const char* const kIsa[] = {"sse4_2",      "avx",          "avx2",     "fma",
+                                     "avx512f",     "avx512bw",     "avx512vl", "avx512dq",
+                                     "avx512_vnni", "avx512_bf16",  "amx_tile", "amx_bf16",
+                                     "asimd",       "sve"};
+  std::string out;
+  for (const char* flag : kIsa)
+    if (cpu_has(flag)) out += (out.empty() ? "" : ",") + std::string(flag);
+  return out;
+}
+
 }  // namespace pn

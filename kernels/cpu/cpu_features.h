@@ -13,4 +13,8 @@ bool cpu_has(const std::string& flag);
 // The CPU's model name, for messages ("AMD EPYC 9454", or "this CPU").
 std::string cpu_model_name();
 
+// The vector and matrix extensions this CPU offers among those the kernels or OpenBLAS may use,
+// comma-separated in /proc/cpuinfo's names ("avx2,fma,avx512f,...,amx_bf16"; "" when none).
+std::string cpu_isa();
+
 }  // namespace pn

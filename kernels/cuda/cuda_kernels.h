@@ -188,6 +188,7 @@ const uint16_t* cudnn_attention_dqkv16(const float* scratch, int nseq, int seq_l
 // fp32 dctx (null).
 uint16_t* cudnn_attention_dout16(float* scratch);
 std::string sdpa_description();  // the cuDNN in use (cudnn_sdpa.h)
+std::string cudnn_version();     // cudnn_sdpa.h
 void cudnn_attention_forward(const float* qkv, int nseq, int seq_len, int d, int heads,
                              float* saved, float* ctx, cudaStream_t s);
 void cudnn_attention_backward(const float* saved, const float* dctx, int nseq, int seq_len, int d,

@@ -194,6 +194,13 @@ void execute(fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, void
     throw std::runtime_error(std::string("cuDNN's SDPA ") + what + " failed: " + st.get_message());
 }
 
+// The opened library's version: "9.1.0".
+std::string backend_version() {
+  const size_t v = fe::detail::get_backend_version();
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+}
+
 }  // namespace
 
 std::string sdpa_unsupported(const SdpaShape& s) { return plans_for(s).why; }
@@ -205,10 +212,15 @@ std::string sdpa_description() {
   std::lock_guard<std::mutex> guard(lib.lock);
   if (!lib.opened) return "cuDNN not opened yet";
   if (!lib.missing.empty()) return lib.missing;
-  const size_t v = fe::detail::get_backend_version();
-  return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
-         std::to_string(v % 100) + (lib.deterministic ? ", deterministic backward"
-                                                      : ", backward with atomics (not repeatable)");
+  return "cuDNN " + backend_version() +
+         (lib.deterministic ? ", deterministic backward" : ", backward with atomics (not repeatable)");
+}
+
+std::string cudnn_version() {
+  Library& lib = library();
+  std::lock_guard<std::mutex> guard(lib.lock);
+  if (!lib.opened) lib.opened = true, lib.missing = open_cudnn(lib);
+  return lib.missing.empty() ? backend_version() : "";
 }
 
 void sdpa_forward(const SdpaShape& s, const __nv_bfloat16* qkv, __nv_bfloat16* o, float* lse,
@@ -253,6 +265,7 @@ const char* kAbsent =
 std::string sdpa_unsupported(const SdpaShape&) { return kAbsent; }
 size_t sdpa_workspace_bytes(const SdpaShape&) { return 0; }
 std::string sdpa_description() { return kAbsent; }
+std::string cudnn_version() { return ""; }
 void sdpa_forward(const SdpaShape&, const __nv_bfloat16*, __nv_bfloat16*, float*, void*,
                   cudaStream_t) {
   throw std::logic_error(kAbsent);

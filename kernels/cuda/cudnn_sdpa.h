@@ -42,6 +42,8 @@ inline std::string sdpa_shape_refused(const SdpaShape& s) {
 size_t sdpa_workspace_bytes(const SdpaShape& s);
 // The cuDNN library in use and how its backward reduces dq, for the device summary.
 std::string sdpa_description();
+// cuDNN's version ("9.1.0"), opening it where no attention has yet; "" when it cannot be opened.
+std::string cudnn_version();
 
 void sdpa_forward(const SdpaShape& s, const __nv_bfloat16* qkv, __nv_bfloat16* o, float* lse,
                   void* workspace, cudaStream_t stream);

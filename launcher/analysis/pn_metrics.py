@@ -12,16 +12,23 @@ import time
 PROGRESS_S = float(os.environ.get("PN_PROGRESS_S", "60"))
 
 
+def open_metrics(path):
+    """PATH opened for reading, or PATH.gz (a committed file over 2 MB) when only that exists;
+    None when neither does."""
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        return gzip.open(path + ".gz", "rt")
+    return open(path) if os.path.exists(path) else None
+
+
 def read_metrics(path, warn=False):
     """Returns (update lines, validation lines) of a metrics file; ([], []) when it is missing.
     Lines that are not JSON (a line cut by an interrupted run) are skipped, with a message on
-    stderr when warn is set. A committed file over 2 MB is kept as PATH.gz, read the same."""
+    stderr when warn is set, and so are the records of an attempt's start and end ("event") and
+    of a test evaluation ("test_loss"). A committed file over 2 MB is kept as PATH.gz, read the
+    same."""
     updates, valids = [], []
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        opened = gzip.open(path + ".gz", "rt")
-    elif os.path.exists(path):
-        opened = open(path)
-    else:
+    opened = open_metrics(path)
+    if opened is None:
         return updates, valids
     with opened as f:
         for n, line in enumerate(f, 1):
@@ -42,11 +49,8 @@ def read_metrics(path, warn=False):
 
 def read_records(path):
     """Every JSON record of a metrics file (PATH or PATH.gz), in order; [] when missing."""
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        opened = gzip.open(path + ".gz", "rt")
-    elif os.path.exists(path):
-        opened = open(path)
-    else:
+    opened = open_metrics(path)
+    if opened is None:
         return []
     out = []
     with opened as f:

@@ -49,14 +49,20 @@
 #                   bf16 autocast, and for LM configs the plain model of the same shape,
 #                   bench/vs_pytorch/plain_gpt.py; bench/vs_pytorch/compare.py), config by
 #                   config in --compare's order: tokens/s, peak GPU memory, MFU
-#   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`
-#                   with --reproduce 'ARGS' (default '--long --seeds 1,2,3'; add --norms,
-#                   --dropouts, --figure5 as on the CPU) into REPORT_DIR/results/
-#                   reproduce_lm_<preset>_cuda, starting from that folder of the working tree:
-#                   cells committed from an earlier call are skipped, and a cell the budget cuts
-#                   short runs again next time. Commit what comes back under results/.
+#   reproduce       [what is left] only when --steps names it: `pn reproduce --device cuda`,
+#                   by default the declared protocol in two stages: --long with the five norms
+#                   (and dyt where this pntrain and reproduce.py have it), seeds 1-6, dropouts
+#                   0.3 (the config's own) and 0.2, in REPORT_DIR/results/protocol_lm_long_cuda;
+#                   then, once every such cell is done and time is left, --full (the table only)
+#                   with seeds 1-3 into results/protocol_lm_full_cuda. --reproduce 'ARGS' runs
+#                   those arguments instead (add --norms, --dropouts, --figure5 as on the CPU),
+#                   into results/reproduce_lm_<preset>_cuda. Each folder starts from its copy in
+#                   the working tree: cells committed from an earlier call are skipped, and a
+#                   cell the budget cuts short runs again next time; the report names the
+#                   commits the folder's cells were trained at. Commit what comes back under
+#                   results/, and keep the one bundle for every call of a protocol.
 set -uo pipefail
-BUNDLE="" OUT="" ONLY="" BUDGET=570 REPRODUCE="--long --seeds 1,2,3"
+BUNDLE="" OUT="" ONLY="" BUDGET=570 REPRODUCE=""
 COMPARE="gpt2_small_wt2:wikitext-2:layer,power ptb_small:ptb:layer,power"
 COMPARE_ARGS=""
 while [ $# -gt 0 ]; do
@@ -167,7 +173,8 @@ log_reason() {
 wanted() {
   [ -z "$ONLY" ] || [[ "$ONLY" == *",$1,"* ]] || [ "$1" = libraries ] ||
     [[ "$1" == throughput_* && "$ONLY" == *",throughput,"* ]] ||
-    [[ "$1" == profile_* && "$ONLY" == *",profile,"* ]]
+    [[ "$1" == profile_* && "$ONLY" == *",profile,"* ]] ||
+    [[ "$1" == reproduce_* && "$ONLY" == *",reproduce,"* ]]
 }
 # step NAME LIMIT_S COMMAND...: runs it with a time limit, its output in OUT/NAME.log.
 LIBS_GAP=""
@@ -355,11 +362,52 @@ PY
   fi
 fi
 # ---- the paper's tables on the GPU (only when --steps names reproduce) -----------------------
-if [[ "$ONLY" == *",reproduce,"* ]]; then
-  preset=$(grep -oE -- '--(quick|medium|long|full)' <<<"$REPRODUCE" | head -n 1)
-  cells="results/reproduce_lm_${preset#--}_cuda"
+# reproduce_stage FOLDER ARGS...: reproduce.py ARGS into OUT/FOLDER within what is left of the
+# budget; returns 0 when it ran to its end (every cell done), 1 when cut short or failed.
+reproduce_stage() {
+  local cells="$1" left rc; shift
   mkdir -p "$OUT/$cells"
   [ -d "$ROOT/$cells" ] && cp -r "$ROOT/$cells/." "$OUT/$cells/"
+  left=$((BUDGET - 10 - SECONDS))
+  if [ $left -lt 60 ]; then
+    echo "reproduce_${cells##*_lm_}: not started, $left s of the budget left: the next call" \
+         "runs it" | tee -a "$OUT/report.txt"
+    return 1
+  fi
+  # The budget ends reproduce.py with SIGINT (its cell's processes end with it); the cells that
+  # finished are kept, so a cut is no failure of the step.
+  step "reproduce_${cells##*_lm_}" $left bash -c 'timeout -s INT "$1" "${@:2}"; rc=$?
+    [ $rc -eq 124 ] && { echo "the budget is spent: finished cells kept, the rest next call"; exit 0; }
+    exit $rc' _ $((left - 15)) python3 "$ROOT/launcher/analysis/reproduce.py" --pntrain "$B/pntrain" \
+    --device cuda --out "$OUT/$cells" "$@"
+  grep -q "the budget is spent" "$OUT/reproduce_${cells##*_lm_}.log" 2>/dev/null; rc=$?
+  # What comes back: the finished cells (evaluated) without their checkpoints; a
+  # cell cut short, in training or in its evaluation, goes whole (it starts afresh next call
+  # rather than append to its metrics, or look for a best checkpoint, that it no longer has).
+  local d
+  for d in "$OUT/$cells"/*/*/; do
+    [ -f "$d/cmd.txt" ] || continue
+    if [ -f "$d/eval.json" ]; then rm -rf "$d/checkpoints"; else rm -rf "$d"; fi
+  done
+  # The commits the folder's cells trained at (their start records): one, for one table.
+  python3 - "$OUT/$cells" >> "$OUT/report.txt" <<'PY'
+import collections, glob, json, os, sys
+seen = collections.Counter()
+for path in glob.glob(os.path.join(sys.argv[1], "*", "*", "metrics.jsonl")):
+    commits = {json.loads(l)["provenance"].get("commit", "unknown") for l in open(path)
+               if l.startswith('{"event":"start"')}
+    for c in commits or {"unknown (no start record)"}:
+        seen[c[:12]] += 1
+print("%s: cells by commit: %s%s" % (os.path.basename(sys.argv[1]), ", ".join(
+    "%s %d" % kv for kv in sorted(seen.items())) or "none yet",
+    "  MIXED: the cells span %d commits" % len(seen) if len(seen) > 1 else ""))
+PY
+  for d in "$OUT/$cells"/*.md; do
+    [ -f "$d" ] && grep -E '^\| ' "$d" | head -n 40 >> "$OUT/report.txt"
+  done
+  [ $rc -ne 0 ] && ! grep -qE "^reproduce_${cells##*_lm_} +(fail|timeout|skipped|killed) " "$OUT/report.txt"
+}
+if [[ "$ONLY" == *",reproduce,"* ]]; then
   # The preset reads PTB from ../shared/data/ptb beside the tree, on every machine alike (the
   # cells' recorded commands name it so); here it is the bundle's copy.
   # A link left by an earlier call on the same machine points into that call's unpacked bundle,
@@ -367,23 +415,21 @@ if [[ "$ONLY" == *",reproduce,"* ]]; then
   if [ ! -e "$ROOT/../shared/data/ptb" ] && [ -d "$B/ptb" ]; then
     mkdir -p "$ROOT/../shared/data" && ln -sfn "$B/ptb" "$ROOT/../shared/data/ptb"
   fi
-  left=$((BUDGET - 10 - SECONDS))
-  # The budget ends reproduce.py with SIGINT (its cell's processes end with it); the cells that
-  # finished are kept, so a cut is no failure.
-  # shellcheck disable=SC2086
-  step reproduce $left bash -c 'timeout -s INT "$1" "${@:2}"; rc=$?
-    [ $rc -eq 124 ] && { echo "the budget is spent: finished cells kept, the rest next call"; exit 0; }
-    exit $rc' _ $((left - 15)) python3 "$ROOT/launcher/analysis/reproduce.py" --pntrain "$B/pntrain" \
-    --device cuda --out "$OUT/$cells" $REPRODUCE
-  # What comes back: the finished cells (trained and evaluated) without their checkpoints; a
-  # cell cut short, in training or in its evaluation, goes whole (it starts afresh next call
-  # rather than append to its metrics, or look for a best checkpoint, that it no longer has).
-  for d in "$OUT/$cells"/*/*/; do
-    [ -f "$d/cmd.txt" ] || continue
-    if [ -f "$d/trained.json" ] && [ -f "$d/eval.json" ]; then rm -rf "$d/checkpoints"
-    else rm -rf "$d"; fi
-  done
-  [ -f "$OUT/$cells/REPORT.md" ] && grep -E '^\| ' "$OUT/$cells/REPORT.md" | head -n 40 >> "$OUT/report.txt"
+  if [ -n "$REPRODUCE" ]; then
+    preset=$(grep -oE -- '--(quick|medium|long|full)' <<<"$REPRODUCE" | head -n 1)
+    # shellcheck disable=SC2086
+    reproduce_stage "results/reproduce_lm_${preset#--}_cuda" $REPRODUCE
+  else
+    norms=layer,batch,power_v,power,power_authors
+    # DyT where the bundled pntrain offers --norm dyt and reproduce.py has its row.
+    if "$B/pntrain" --help 2>/dev/null | grep -qw dyt &&
+       grep -q '"dyt"' "$ROOT/launcher/analysis/reproduce.py"; then norms="$norms,dyt"; fi
+    if reproduce_stage results/protocol_lm_long_cuda --long --norms "$norms" \
+         --seeds 1,2,3,4,5,6 --dropouts 0.2,0.3; then
+      reproduce_stage results/protocol_lm_full_cuda --full --no-ablation --norms "$norms" \
+        --seeds 1,2,3
+    fi
+  fi
 fi
 write_report true
 if grep -qE '^[a-z_0-9]+ +(fail|timeout|skipped|killed) ' "$OUT/report.txt"; then

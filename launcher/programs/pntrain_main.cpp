@@ -101,6 +101,7 @@ int eval_translation(const pn::Options& opt, pn::Communicator& comm, pn::Trainer
 int eval_lm(pn::Communicator& comm, pn::Trainer& trainer) {
   const pn::EvalResult v = trainer.evaluate(trainer.corpus().valid);
   const pn::EvalResult t = trainer.evaluate(trainer.corpus().test);
+  trainer.record_test(t);  // into --metrics, when given
   if (comm.rank() == 0)
     std::printf("eval | update %lld | valid loss %.4f ppl %.2f | test loss %.4f ppl %.2f\n",
                 (long long)trainer.start_update(), v.nll, std::exp(v.nll), t.nll,
@@ -248,12 +249,17 @@ int main(int argc, char** argv) {
       return opt.arch == pn::Arch::transformer ? eval_translation(opt, *comm, *trainer)
                                        : eval_lm(*comm, *trainer);
     report_status(*comm, "save_dir " + opt.save_dir);
-    return exit_status(*comm, finish(opt, *comm, trainer->train()));
+    trainer->record_start();
+    const pn::TrainResult r = trainer->train();
+    trainer->record_end(r.interrupted ? "interrupted" : r.final_save_failed ? "failed" : "done");
+    return exit_status(*comm, finish(opt, *comm, r));
   } catch (const pn::AgreedError& e) {
     // Every rank met it alike (a diverged loss, parameters that differ): a restart repeats it.
     if (comm->rank() == 0) std::fprintf(stderr, "pntrain: error: %s\n", e.what());
+    trainer->record_end("failed");
     return exit_status(*comm, 2);
   } catch (const std::exception& e) {
+    trainer->record_end("failed");
     comm->abort(e.what(), 2);
   }
   return 0;

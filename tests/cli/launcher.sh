@@ -102,7 +102,7 @@ for target in mpirun pn; do
   if [ "$(cat "$tmp/ext_$target.rc")" != 143 ] || [ ! -e "$ck/DONE" ] || [ -n "$(left "$dir")" ]; then
     fail "kill -TERM $target: exit $(cat "$tmp/ext_$target.rc")"; tail -5 "$tmp/ext_$target.log"
   else
-    echo "ok: kill -TERM $target at update $(wc -l <"$tmp/ext_$target.jsonl" | tr -d ' ') or later ->" \
+    echo "ok: kill -TERM $target at update $(grep -c '"loss"' "$tmp/ext_$target.jsonl") or later ->" \
          "${ck##*/} saved $(awk -v a="$(stat -c %.9Y "$ck/DONE")" -v b="$t0" 'BEGIN { printf "%.2f", a - b }') s" \
          "after the signal, exit 143"
   fi

@@ -99,7 +99,9 @@ def records(path):
     out = []
     for line in open(path):
         j = json.loads(line)
-        out.append({k: j[k] for k in ("update", "loss", "nll_loss", "ntokens", "valid_loss") if k in j})
+        if "event" not in j:  # the attempts' start and end records differ in time
+            out.append({k: j[k] for k in ("update", "loss", "nll_loss", "ntokens", "valid_loss")
+                        if k in j})
     return out
 multi, single, norm = records(sys.argv[1]), records(sys.argv[2]), sys.argv[3]
 if len(multi) != len(single) or len(multi) < 7:

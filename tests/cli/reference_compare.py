@@ -55,6 +55,8 @@ def trimmed_metrics(path):
         for line in f:
             if line.strip():
                 j = json.loads(line)
+                if "event" in j:  # an attempt's start (provenance) or end: where and when
+                    continue
                 for k in WALL_CLOCK:
                     j.pop(k, None)
                 lines.append(j)

@@ -53,11 +53,13 @@ for norm in layer power; do
 done
 
 # 4. SIGTERM at an update that validates: the checkpoint comes first, the resumed run validates.
-records() {  # the metrics lines without wall-clock fields
+records() {  # the metrics lines without wall-clock fields and the attempts' start and end
   python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
     j = json.loads(line)
+    if "event" in j:
+        continue
     for k in ("wall_s", "tokens_per_s", "time", "peak_rss_mb"): j.pop(k, None)
     print(json.dumps(j, sort_keys=True))' "$1"
 }
