@@ -22,6 +22,8 @@
 // of the same packed double buffers: sync_batch forward 1+2d, backward 2d; sync_power_v and
 // sync_power forward 1+d, backward d). A pre-norm Transformer of L layers has 2L+1 norm calls
 // per update (2 per block and the final norm); the figures are also given for L = 6.
+//
+// --device cuda times the GPU's kernels instead, in one process (bench/norm_bench_cuda.cpp).
 #include <omp.h>
 
 #include <algorithm>
@@ -39,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/norm_bench_cuda.h"
 #include "comm/communicator.h"
 #include "kernels/device.h"
 #include "kernels/kernels.h"
@@ -353,7 +356,7 @@ void bench_parts(pn::Communicator& comm, Inputs& in, int groups, int warmup, int
 
 int run(int argc, char** argv, pn::Communicator& comm) {
   int reps = 20, warmup = 3, threads = 0, groups = 8;
-  std::string kinds_s, dims_s = "512,1024", tokens_s = "4096,16384", csv;
+  std::string kinds_s, dims_s = "512,1024", tokens_s = "4096,16384", csv, device = "cpu";
   bool parts = false;
   po::options_description desc(
       "pnbench_norms: forward+backward time and GB/s of every norm (float32, training, no "
@@ -372,7 +375,10 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("threads", po::value(&threads)->default_value(threads),
      "OpenMP threads per rank (0: the node's cores divided by the ranks)")
     ("csv", po::value(&csv), "also write the results as CSV to FILE (rank 0)")
-    ("parts", po::bool_switch(&parts), "also time the norm kernels one by one");
+    ("parts", po::bool_switch(&parts), "also time the norm kernels one by one")
+    ("device", po::value(&device)->default_value(device),
+     "cpu, or cuda: the GPU's kernels, each direction in fp32 and as training runs it, with L2 "
+     "flushed between repetitions, as shares of a device copy (one process)");
   // clang-format on
   po::variables_map vm;
   po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -393,6 +399,25 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     if (!pn::is_norm_kind(k)) throw std::invalid_argument("unknown norm kind '" + k + "'");
   const auto dims = split_list<int>(dims_s);
   const auto tokens_list = split_list<int>(tokens_s);
+  if (device == "cuda") {
+    if (R > 1) throw std::invalid_argument("--device cuda times one process: run it alone");
+    if (kinds_s.empty()) {  // the synchronized kinds need ranks
+      kinds.clear();
+      for (const auto& k : pn::norm_kinds())
+        if (local_twin(k).empty()) kinds.push_back(k);
+    }
+    for (const auto& k : kinds)
+      if (!local_twin(k).empty())
+        throw std::invalid_argument("--kinds " + k + " on --device cuda: a synchronized kind "
+                                    "needs ranks; time " + local_twin(k) + " instead");
+#ifdef PN_HAVE_CUDA
+    return pn::bench::norm_bench_cuda(kinds, dims, tokens_list, groups, reps);
+#else
+    throw std::invalid_argument("--device cuda: this build has no CUDA path (rebuild with "
+                                "PN_CUDA=ON on a machine with the CUDA toolkit)");
+#endif
+  }
+  if (device != "cpu") throw std::invalid_argument("--device '" + device + "': choose cpu or cuda");
   // Under several ranks a sync_* kind is compared with its local twin: measure it too.
   std::vector<std::string> run_kinds = kinds;
   if (R > 1)

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,15 +63,10 @@ struct Communicator {
   // transfer alone (pnbench --split-stats-wait). The barrier costs one latency per call.
   bool wait_apart = false;
   double wait_seconds = 0;
-  // In-training calibration (pnbench --probe-allreduce, with wait_apart): of every two runs of
-  // probe_period blocking all-reduces (one update's statistics), the second's calls each first
-  // sum a probe message of the next size in probe_bytes, timed after the barrier into
-  // probe_times as (bytes, seconds): what an all-reduce costs in the cache state that training
-  // leaves, which back-to-back calls do not see. The first run of each two is measured as usual.
-  // One probed update probes one size (the next, cycling) at all of its all-reduces.
-  int64_t probe_period = 0;
-  std::vector<size_t> probe_bytes;
-  std::vector<std::pair<size_t, double>> probe_times;
+  // Where set, every blocking host all-reduce under wait_apart calls it after the barrier and
+  // before its own sum: a program's measurement taken in the state that training leaves
+  // (pnbench --probe-allreduce times probe all-reduces there).
+  std::function<void()> after_barrier;
   // The communicator this one was split from (null for the job's own).
   Communicator* parent = nullptr;
   // Marks this rank as waiting in a collective, here and in every communicator it was split from.

@@ -32,8 +32,6 @@ double now_s() {
 struct MpiCommunicator final : Communicator {
   bool owns_mpi = false;
   std::vector<MPI_Request> requests;  // handles of iallreduce_sum, reused once completed
-  int64_t reduce_calls = 0;           // blocking all-reduces so far (wait_apart), for probe_period
-  std::vector<double> probe_buf;      // the probe's message
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   int world_rank_ = 0;              // the rank that messages name (the job's, also in a split)
   bool oversubscribed_ = false;     // more ranks on this node than cores: waits yield the core
@@ -107,9 +105,7 @@ struct MpiCommunicator final : Communicator {
       MPI_Request req;
       check_mpi(MPI_Ibarrier(comm, &req), "MPI_Ibarrier");
       wait_seconds += complete(&req, "a barrier before an all-reduce");
-      if (probe_period > 0 && !probe_bytes.empty() && (reduce_calls / probe_period) % 2 == 1)
-        probe();
-      ++reduce_calls;
+      if (after_barrier) after_barrier();
     }
     char* p = static_cast<char*>(buf);
     size_t off = 0;
@@ -121,18 +117,6 @@ struct MpiCommunicator final : Communicator {
       complete(&req, "an all-reduce");
       off += chunk;
     } while (off < n);
-  }
-
-  // One probe all-reduce (doubles summed), timed. The k-th probed update probes size k mod n at
-  // every position, so that its probes add up as the update's statistics all-reduces do.
-  void probe() {
-    const int64_t k = int64_t(probe_times.size()) / probe_period;
-    const size_t bytes = probe_bytes[k % probe_bytes.size()];
-    probe_buf.assign(std::max<size_t>(1, bytes / 8), 1.0);
-    MPI_Request req;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, probe_buf.data(), int(probe_buf.size()), MPI_DOUBLE,
-                             MPI_SUM, comm, &req), "MPI_Iallreduce");
-    probe_times.emplace_back(probe_buf.size() * 8, complete(&req, "a probe all-reduce"));
   }
 
   // Waits for req, polling so that a peer that never arrives ends the job after timeout_s.

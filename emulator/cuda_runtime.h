@@ -164,6 +164,7 @@ struct cudaDeviceProp {
   size_t totalGlobalMem, sharedMemPerBlock, sharedMemPerBlockOptin;
   int major, minor, multiProcessorCount, maxThreadsPerBlock, warpSize;
   int maxThreadsDim[3], maxGridSize[3];
+  int l2CacheSize;  // bytes (a timing flushes it by writing a larger buffer)
 };
 struct cudaFuncAttributes {
   size_t sharedSizeBytes;  // static shared memory: unknown to the emulator, reported as 0

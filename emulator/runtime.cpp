@@ -4,6 +4,7 @@
 // host thread as on a GPU: a host read of a buffer before its stream is synchronized sees the
 // old bytes (and ThreadSanitizer sees the race). The legacy default stream (nullptr) waits for
 // the blocking streams and they for it, as CUDA's legacy stream does.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -77,6 +79,10 @@ struct CUstream_st {
   uint64_t tail() {
     std::lock_guard<std::mutex> l(m);
     return queued;
+  }
+  bool idle() {
+    std::lock_guard<std::mutex> l(m);
+    return done == queued;
   }
 };
 
@@ -145,15 +151,103 @@ bool is_kind(const void* p, size_t bytes, Kind k) {
   return a && a->kind == k && reinterpret_cast<uintptr_t>(p) + bytes <= base + a->bytes;
 }
 
+// Device memory the host cannot read. Outside the sanitizer builds device allocations are whole
+// pages of one reserved arena, mapped without access whenever no stream has work queued or
+// running: a host read or write of device memory then faults at the faulty line, as on a GPU
+// (a host read while work is in flight is a race, which the ThreadSanitizer build reports). The
+// arena opens when work is queued and closes at the next synchronisation of the host that finds
+// every stream idle. The sanitizer builds take device memory from malloc, so that
+// AddressSanitizer sees an overflow or a use after free of it.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kGuarded = false;
+#else
+constexpr bool kGuarded = true;
+#endif
+constexpr size_t kPage = 4096;
+struct Arena {
+  char* base = nullptr;
+  size_t bytes = 0;
+  std::map<size_t, size_t> free_runs;  // offset -> bytes, coalesced
+  bool open = false;                   // readable and writable (work queued or running)
+  std::mutex mu;                       // taken before allocs_mu, streams_mu and a stream's m
+};
+Arena& arena() {
+  static Arena* a = [] {
+    auto* r = new Arena;  // never unmapped: buffers may be released during exit
+    r->bytes = 2 * device_memory() + (size_t(1) << 30);
+    void* p = mmap(nullptr, r->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                   0);
+    if (p == MAP_FAILED) die("cannot reserve %zu bytes of address space for device memory", r->bytes);
+    r->base = static_cast<char*>(p);
+    r->free_runs[0] = r->bytes;
+    return r;
+  }();
+  return *a;
+}
+void protect(char* p, size_t bytes, bool open) {
+  if (mprotect(p, bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+    die("mprotect of device memory failed");
+}
+// Called (under the arena's lock) before work is queued, and at a synchronisation.
+void open_device_memory(Arena& a) {
+  if (!a.open) protect(a.base, a.bytes, true);
+  a.open = true;
+}
+// Pages for a device allocation (first fit), poisoned with NaN bytes: code that reads what it
+// never wrote shows it. Null where the arena is full.
+char* arena_take(size_t bytes) {
+  Arena& a = arena();
+  const size_t want = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  std::lock_guard<std::mutex> l(a.mu);
+  auto it = std::find_if(a.free_runs.begin(), a.free_runs.end(),
+                         [&](const auto& run) { return run.second >= want; });
+  if (it == a.free_runs.end()) return nullptr;
+  const size_t at = it->first, left = it->second - want;
+  a.free_runs.erase(it);
+  if (left) a.free_runs[at + want] = left;
+  char* p = a.base + at;
+  if (!a.open) protect(p, want, true);
+  std::memset(p, 0xff, bytes);
+  if (!a.open) protect(p, want, false);
+  return p;
+}
+void arena_give(void* p, size_t bytes) {
+  Arena& a = arena();
+  const size_t at = static_cast<char*>(p) - a.base;
+  size_t len = (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  madvise(p, len, MADV_DONTNEED);  // the pages go back to the system
+  std::lock_guard<std::mutex> l(a.mu);
+  size_t start = at;
+  auto next = a.free_runs.lower_bound(at);
+  if (next != a.free_runs.end() && next->first == at + len) {
+    len += next->second;
+    next = a.free_runs.erase(next);
+  }
+  if (next != a.free_runs.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == at) {
+      start = prev->first;
+      len += prev->second;
+      a.free_runs.erase(prev);
+    }
+  }
+  a.free_runs[start] = len;
+}
+
 void* allocate(size_t bytes, Kind k) {
   if (k == Kind::device) {
     std::lock_guard<std::mutex> l(allocs_mu);
     if (device_bytes + bytes > device_memory()) return nullptr;  // out of device memory
   }
-  void* p = std::malloc(bytes ? bytes : 1);
+  void* p = nullptr;
+  if (k == Kind::device && kGuarded) {
+    p = arena_take(bytes);
+  } else {
+    p = std::malloc(bytes ? bytes : 1);
+    // New device memory holds NaN bytes, as in the arena.
+    if (p && k == Kind::device) std::memset(p, 0xff, bytes);
+  }
   if (!p) return nullptr;
-  // New device memory holds NaN bytes, not zeros: code that reads what it never wrote shows it.
-  if (k == Kind::device) std::memset(p, 0xff, bytes);
   std::lock_guard<std::mutex> l(allocs_mu);
   allocs[reinterpret_cast<uintptr_t>(p)] = Alloc{bytes, k};
   if (k == Kind::device) device_bytes_high = std::max(device_bytes_high, device_bytes += bytes);
@@ -161,6 +255,7 @@ void* allocate(size_t bytes, Kind k) {
 }
 cudaError_t release(void* p, Kind k, const char* call) {
   if (!p) return cudaSuccess;
+  size_t bytes = 0;
   {
     std::lock_guard<std::mutex> l(allocs_mu);
     auto it = allocs.find(reinterpret_cast<uintptr_t>(p));
@@ -168,10 +263,29 @@ cudaError_t release(void* p, Kind k, const char* call) {
       return fail_with(cudaErrorInvalidValue, "%s(%p): not the start of a live %s allocation",
                        call, p, k == Kind::device ? "device" : "pinned host");
     if (k == Kind::device) device_bytes -= it->second.bytes;
+    bytes = it->second.bytes;
     allocs.erase(it);
   }
-  std::free(p);
+  if (k == Kind::device && kGuarded)
+    arena_give(p, bytes);
+  else
+    std::free(p);
   return cudaSuccess;
+}
+
+// The end of a synchronisation of the host: device memory closed where every stream is idle.
+void close_device_memory_if_idle() {
+  if (!kGuarded) return;
+  Arena& a = arena();
+  std::lock_guard<std::mutex> l(a.mu);
+  if (!a.open) return;
+  {
+    std::lock_guard<std::mutex> ls(streams_mu);
+    for (CUstream_st* s : live_streams)
+      if (!s->idle()) return;
+  }
+  protect(a.base, a.bytes, false);
+  a.open = false;
 }
 
 void sync_all() {
@@ -181,6 +295,7 @@ void sync_all() {
     for (CUstream_st* s : live_streams) tails.emplace_back(s, s->tail());
   }
   for (auto& [s, n] : tails) s->wait_until(n);
+  close_device_memory_if_idle();
 }
 
 const char* kind_name(cudaMemcpyKind k) {
@@ -244,6 +359,11 @@ void enqueue(cudaStream_t s, std::function<void()> fn) {
   if (st->capture) {  // recorded, not run (the capture's host thread is the only writer)
     st->capture->push_back(std::move(fn));
     return;
+  }
+  std::unique_lock<std::mutex> opened;  // held while queuing: no close between open and push
+  if (kGuarded) {
+    opened = std::unique_lock<std::mutex>(arena().mu);
+    open_device_memory(arena());
   }
   // Legacy-stream semantics: the legacy stream waits for every blocking stream's queued work,
   // a blocking stream for the legacy stream's.
@@ -368,6 +488,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->multiProcessorCount = 1;
   p->maxThreadsPerBlock = 1024;
   p->warpSize = 32;
+  p->l2CacheSize = 4 << 20;
   p->maxThreadsDim[0] = p->maxThreadsDim[1] = 1024;
   p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 0x7fffffff;
@@ -512,6 +633,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   }
   if (st == legacy()) enqueue(s, [] {});  // the legacy stream waits for the blocking ones too
   st->wait_until(st->tail());
+  close_device_memory_if_idle();
   return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
@@ -604,6 +726,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   std::unique_lock<std::mutex> l(e->m);
   const uint64_t n = e->recorded;
   e->cv.wait(l, [&] { return e->reached >= n; });
+  l.unlock();
+  close_device_memory_if_idle();
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {

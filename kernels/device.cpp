@@ -1,6 +1,7 @@
 #include "kernels/device.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -23,7 +24,6 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/kernels.h"
-#include "kernels/sim_device.h"
 
 #ifdef PN_HAVE_CUDA
 #include "kernels/cuda/cuda_check.h"
@@ -55,6 +55,26 @@ void refuse_in_capture(const char* what) {
 }  // namespace
 
 uint64_t device_allocations() { return allocations.load(); }
+
+namespace {
+// The CPU's buffer memory held now and at most since the last reset, in the sizes glibc gives
+// the blocks.
+std::atomic<size_t> cpu_live{0}, cpu_peak{0};
+void count_cpu_bytes(void* p, bool allocated) {
+  const size_t n = malloc_usable_size(p);
+  if (!allocated) {
+    cpu_live -= n;
+    return;
+  }
+  const size_t now = cpu_live += n;
+  size_t peak = cpu_peak.load();
+  while (now > peak && !cpu_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+}  // namespace
+
+size_t cpu_buffers_peak_bytes() { return cpu_peak.load(); }
+void cpu_buffers_reset_peak() { cpu_peak = cpu_live.load(); }
 bool capturing_step_graph() { return capturing; }
 
 #ifdef PN_HAVE_CUDA
@@ -119,7 +139,6 @@ DeviceScope::~DeviceScope() {
     cudaStreamDestroy(stream_of(ctx_));
   }
 #endif
-  if (ctx_.device == Device::Sim) sim::synchronize();
   current_context() = previous_;
 }
 
@@ -138,10 +157,9 @@ void* device_alloc(size_t bytes) {
     case Device::CPU: {
       void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
       if (!p) throw std::bad_alloc();
+      count_cpu_bytes(p, true);
       return p;
     }
-    case Device::Sim:
-      return sim::alloc(bytes);
     case Device::CUDA: {
 #ifdef PN_HAVE_CUDA
       void* p = nullptr;
@@ -171,10 +189,8 @@ void device_free(Device device, void* p) {
   if (!p) return;
   switch (device) {
     case Device::CPU:
+      count_cpu_bytes(p, false);
       std::free(p);
-      return;
-    case Device::Sim:
-      sim::free(p);
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
@@ -199,8 +215,6 @@ cudaMemPool_t default_pool() {
 
 size_t device_peak_bytes() {
   switch (current_context().device) {
-    case Device::Sim:
-      return sim::peak_bytes();
     case Device::CUDA: {
 #ifdef PN_HAVE_CUDA
       uint64_t high = 0;
@@ -215,8 +229,6 @@ size_t device_peak_bytes() {
 
 void device_reset_peak() {
   switch (current_context().device) {
-    case Device::Sim:
-      return sim::reset_peak();
     case Device::CUDA: {
 #ifdef PN_HAVE_CUDA
       uint64_t zero = 0;  // the pool's high-water mark restarts from what it holds now
@@ -235,9 +247,6 @@ void device_memset_zero(void* p, size_t bytes) {
   switch (c.device) {
     case Device::CPU:
       std::memset(p, 0, bytes);
-      return;
-    case Device::Sim:
-      sim::enqueue([p, bytes] { std::memset(sim::real(p), 0, bytes); });
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
@@ -317,16 +326,6 @@ void copy_async(void* dst, const void* src, size_t bytes, int dir) {
     case Device::CPU:
       std::memmove(dst, src, bytes);
       return;
-    case Device::Sim:
-      if (dir == 1) {  // the caller may reuse the source at once, as on a GPU (copied first)
-        auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
-                                                          static_cast<const char*>(src) + bytes);
-        sim::enqueue([dst, staged] { std::memcpy(sim::real(dst), staged->data(), staged->size()); });
-        return;
-      }
-      if (dir == 2) std::memset(dst, 0xFF, bytes);  // poison until synchronize()
-      sim::enqueue([dst, src, bytes] { std::memmove(sim::real(dst), sim::real(src), bytes); });
-      return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
       if (dir == 1) return copy_to_device_staged(dst, src, bytes, stream_of(c));
@@ -346,7 +345,6 @@ void copy_on_device(void* dst, const void* src, size_t bytes) { copy_async(dst, 
 void synchronize() {
   refuse_in_capture("a synchronisation with the host");
   const Context& c = current_context();
-  if (c.device == Device::Sim) sim::synchronize();
 #ifdef PN_HAVE_CUDA
   if (c.device == Device::CUDA) CUDA_CHECK(cudaStreamSynchronize(stream_of(c)));
 #endif
@@ -473,42 +471,6 @@ std::string cuda_unavailable_reason() {
 #endif
 }
 
-std::string openblas_better_core() {
-  if (std::getenv("OPENBLAS_CORETYPE")) return "";  // chosen by the user (or by a rerun)
-  return better_core_than(openblas_get_corename());
-}
-
-std::string better_core_than(const std::string& openblas_core) {
-  std::string core = openblas_core;
-  for (char& ch : core) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  static const char* const kOld[] = {"prescott", "core2",     "penryn",  "dunnington",
-                                     "nehalem",  "atom",      "katmai",  "coppermine",
-                                     "northwood", "banias",   "sandybridge", "barcelona",
-                                     "opteron",  "opteron_sse3", "bobcat", "bulldozer",
-                                     "piledriver", "steamroller", "excavator", "unknown"};
-  if (std::find(std::begin(kOld), std::end(kOld), core) == std::end(kOld)) return "";
-  if (cpu_has("avx512f") && cpu_has("avx512bw") && cpu_has("avx512vl") && cpu_has("avx512dq"))
-    return "SkylakeX";
-  if (cpu_has("avx2") && cpu_has("fma")) return "Haswell";
-  return "";
-}
-
-void rerun_with_openblas_core(char** argv) {
-  if (std::getenv("PN_OPENBLAS_FALLBACK")) return;  // this is the rerun
-  const std::string core = openblas_better_core();
-  if (core.empty()) return;
-  // The program's own path, not /proc/self/exe: the process keeps its name (ps, pkill pntrain).
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return;
-  self[n] = '\0';
-  setenv("PN_OPENBLAS_FALLBACK", openblas_get_corename(), 1);
-  setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-  execv(self, argv);
-  unsetenv("OPENBLAS_CORETYPE");  // execv failed: go on with the kernels OpenBLAS chose
-  unsetenv("PN_OPENBLAS_FALLBACK");
-}
-
 #ifdef PN_HAVE_CUDA
 namespace {
 // 12040 -> "12.4": a version as cudaDriverGetVersion and cudaRuntimeGetVersion give it.
@@ -539,6 +501,7 @@ std::string device_summary() {
   // bf16 off a GPU is either the CPU's bf16 instructions or only bf16's numerics: say which.
   const std::string bf16_off_gpu =
       c.gemm_math == GemmMath::bf16 ? ", GEMMs in bf16 (" + k::cpu_bf16_gemm_path() + ")" : "";
+  // set by the programs' rerun with OPENBLAS_CORETYPE (launcher/programs/openblas_core.h)
   const char* fallback = std::getenv("PN_OPENBLAS_FALLBACK");
   const std::string blas =
       fallback ? std::string(", OpenBLAS kernels ") + openblas_get_corename() + " (OPENBLAS_CORETYPE" +
@@ -547,7 +510,6 @@ std::string device_summary() {
   if (c.device == Device::CPU)
     return "cpu (" + std::to_string(num_threads()) + " threads of " +
            std::to_string(hardware_cores()) + " cores)" + blas + bf16_off_gpu;
-  if (c.device == Device::Sim) return "sim (the CPU stand-in for a GPU)" + bf16_off_gpu;
 #ifdef PN_HAVE_CUDA
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, c.cuda_device));
@@ -597,13 +559,12 @@ std::string device_name(Device d) {
   switch (d) {
     case Device::CPU: return "cpu";
     case Device::CUDA: return "cuda";
-    case Device::Sim: return "sim";
   }
   return "?";
 }
 
 bool parse_device(const std::string& name, Device* out) {
-  for (Device d : {Device::CPU, Device::CUDA, Device::Sim})
+  for (Device d : {Device::CPU, Device::CUDA})
     if (name == device_name(d)) {
       *out = d;
       return true;

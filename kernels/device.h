@@ -1,10 +1,7 @@
 // Devices a rank can compute on, and the context the kernels dispatch on.
 //
-// CPU is always present; CUDA when built with it and a GPU is visible. Sim is the CPU stand-in
-// for a GPU (kernels/sim_device.h): its memory is not addressable by the host and its kernels run
-// in stream order only when the host synchronises, so the wiring mistakes of a device path (a
-// host read of device memory, a read before the stream is done, a missing copy) fail on any
-// machine, with the CPU kernels doing the math.
+// CPU is always present; CUDA when built with it and a GPU is visible (or, in the emulation
+// build, the CUDA emulation of emulator/, whose device memory the host cannot read).
 //
 // Each thread has a current Context (CPU by default); kernels.h's operations run on its device,
 // on its stream. Buffers (kernels/buffer.h) allocate on the device that is current when they
@@ -18,7 +15,7 @@
 
 namespace pn {
 
-enum class Device { CPU, CUDA, Sim };
+enum class Device { CPU, CUDA };
 
 // The arithmetic of the float GEMMs (--precision). Storage, accumulation, master weights, Adam
 // and every norm statistic stay fp32 (or double) in all three: tf32 and bf16 only round the
@@ -80,10 +77,13 @@ void device_free(Device device, void* p);
 void device_memset_zero(void* p, size_t bytes);
 // The most memory the current device has held at once since the process started or the last
 // device_reset_peak(): on a GPU CUDA's default pool, which every device allocation here comes
-// from (PyTorch's max_memory_allocated counterpart); on the stand-in its allocator's; 0 on the
-// CPU.
+// from (PyTorch's max_memory_allocated counterpart); 0 on the CPU.
 size_t device_peak_bytes();
 void device_reset_peak();
+// The same for the CPU's buffers (device_alloc on the CPU), as glibc sizes their blocks: what
+// the tests count a layer's memory in.
+size_t cpu_buffers_peak_bytes();
+void cpu_buffers_reset_peak();
 // Host -> device, in stream order, from pageable memory: src may be reused or freed as soon as
 // the call returns (the bytes are copied first: on a GPU into pinned memory owned here).
 void copy_to_device(void* dst, const void* src, size_t bytes);
@@ -138,7 +138,8 @@ int cuda_device_count();    // GPUs visible to this process (0 when not built)
 // Why no GPU is usable, in the runtime's words ("" when one is).
 std::string cuda_unavailable_reason();
 // One line naming the current context's device: for CUDA the GPU model, its memory, the driver
-// and runtime versions.
+// and runtime versions; on the CPU its threads, and the OpenBLAS core where a program's rerun
+// chose it (launcher/programs/openblas_core.h).
 std::string device_summary();
 // What a run's provenance records of its libraries and device (trainer/provenance.cpp): the BLAS
 // (OpenBLAS's configuration and the core kernels it runs), and for the current context's GPU
@@ -148,20 +149,8 @@ struct DeviceVersions {
 };
 DeviceVersions device_versions();
 
-// OpenBLAS chooses its kernels when it loads, by its own table of CPUs unless OPENBLAS_CORETYPE
-// names them. A CPU newer than the table gets a pre-AVX2 core (Debian's 0.3.21 runs its SSE3
-// "Prescott" kernels on Intel's family 6 model 207, a third of the AVX-512 ones' speed). The
-// core this CPU's instructions call for (SkylakeX with AVX-512, Haswell with AVX2) where
-// OpenBLAS fell back to an older one and OPENBLAS_CORETYPE is unset; else "".
-std::string openblas_better_core();
-// The same for a core name as openblas_get_corename() gives it (any case).
-std::string better_core_than(const std::string& openblas_core);
-// Called first in a program's main: where openblas_better_core() names a core, runs the program
-// again (execv of its own path, the same arguments, process and name) with OPENBLAS_CORETYPE set to
-// it, once; returns where it did not or could not. device_summary() then says so.
-void rerun_with_openblas_core(char** argv);
 std::string device_name(Device d);
-bool parse_device(const std::string& name, Device* out);  // "cpu", "cuda", "sim"
+bool parse_device(const std::string& name, Device* out);  // "cpu", "cuda"
 // --device: "auto" is cuda when the build has CUDA and a GPU is visible, else cpu (saying why
 // when `say`); "cuda" without a usable GPU throws the runtime's reason.
 Device resolve_device(const std::string& name, bool say);

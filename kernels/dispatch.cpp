@@ -1,8 +1,7 @@
 // The dispatch point of every operation of kernels/ops.inc (see kernels.h): by the device of the
-// current context, run the CPU kernel here, queue it on the stand-in device with the pointers
-// translated to their readable twins, or call the CUDA twin on the context's stream (float, and
-// double where the list says stream_double; otherwise double is the CPU's and the stand-in's, for
-// the gradient checks). Every operation's dispatch is expanded from its entry in the list, except
+// current context, run the CPU kernel here or call the CUDA twin on the context's stream (float,
+// and double where the list says stream_double; otherwise double is the CPU's, for the gradient
+// checks). Every operation's dispatch is expanded from its entry in the list, except
 // those marked cublas_by_hand or composite there, which are written below.
 #include <array>
 #include <cstdio>
@@ -16,7 +15,6 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "kernels/ops_expand.h"
-#include "kernels/sim_device.h"
 
 #ifdef PN_HAVE_CUDA
 #include "kernels/cuda/cuda_kernels.h"
@@ -30,14 +28,6 @@
 namespace pn::k {
 namespace {
 
-template <class A>
-A translate(A a) {
-  if constexpr (std::is_pointer_v<A>)
-    return sim::real(a);
-  else
-    return a;
-}
-
 [[noreturn]] void unsupported(const char* what) {
   throw std::logic_error(std::string(what) + " on the " + device_name(current_device()) +
                          " device: only float runs there (double is for the CPU's gradient "
@@ -50,16 +40,13 @@ cudaStream_t stream() { return static_cast<cudaStream_t>(current_context().strea
 cuda::Blas& blas(cudaStream_t) { return *static_cast<cuda::Blas*>(current_context().blas); }
 #endif
 
-// cpu_fn(args...) on the CPU, queued on the stand-in, or cuda_fn(stream) where the operation has
+// cpu_fn(args...) on the CPU, or cuda_fn(stream) where the operation has
 // a CUDA twin for these types (on_cuda).
 template <bool on_cuda, class CpuFn, class CudaFn, class... A>
 void run(const char* name, CpuFn cpu_fn, CudaFn cuda_fn, A... args) {
   switch (current_device()) {
     case Device::CPU:
       cpu_fn(args...);
-      return;
-    case Device::Sim:
-      sim::enqueue([=] { cpu_fn(translate(args)...); });
       return;
     case Device::CUDA:
 #ifdef PN_HAVE_CUDA
@@ -121,8 +108,8 @@ std::array<double, N> fetch_sums(F accumulate) {
 template <class T>
 void gemm(bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb,
           T beta, T* C, int ldc) {
-  // bf16 off a GPU: the context's precision picks the CPU kernel when the call is made (the
-  // stand-in runs it later, on its own thread); a GPU's cuBLAS handle carries it instead. The
+  // bf16 off a GPU: the context's precision picks the CPU kernel when the call is made; a GPU's
+  // cuBLAS handle carries it instead. The
   // CPU's bf16 instructions where it has them (oneDNN), else bf16's numerics on fp32 sgemm.
   if constexpr (std::is_same_v<T, float>) {
     if (current_context().gemm_math == GemmMath::bf16 && current_device() != Device::CUDA)

@@ -2,9 +2,9 @@
 //
 // Every operation of kernels/ops.inc (the one list, with each operation's math), declared here
 // in pn::k, is the single dispatch point for that operation: kernels/dispatch.cpp sends it to the
-// CPU implementation (kernels/cpu/, the reference, also used for double precision), to its CUDA
-// twin (kernels/cuda/, float, and double where the list says so) or to the CPU stand-in device
-// (kernels/sim_device.h), by the device of this thread's current Context (kernels/device.h).
+// CPU implementation (kernels/cpu/, the reference, also used for double precision) or to its CUDA
+// twin (kernels/cuda/, float, and double where the list says so), by the device of this thread's
+// current Context (kernels/device.h).
 // Layers call these functions and never ask which device they run on; the device lives in the
 // buffers (kernels/buffer.h) and in the context.
 // Layout: activations are row-major [rows, cols]; a "row" is one token.

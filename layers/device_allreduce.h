@@ -1,7 +1,7 @@
 // Sums over every rank of memory on the current device: the one place that chooses how. On the
 // CPU through the communicator's host all-reduce (MPI); on a GPU through its device collectives
-// (NCCL) where it has them; elsewhere (ranks sharing one GPU, the CPU stand-in device) staged
-// through the host, blocking. The norms' statistics and the trainer's gradient buckets both
+// (NCCL) where it has them; elsewhere (ranks sharing one GPU) staged through the host,
+// blocking. The norms' statistics and the trainer's gradient buckets both
 // come here. It lives beside the layers rather than in comm/ because staging needs the device's
 // copies (kernels/device.h), which the communicators do not know.
 #pragma once

@@ -1,17 +1,17 @@
 // Token embedding scaled by sqrt(d) plus sinusoidal positions, and the tied output projection.
 //   forward:  h[i] = sqrt(d) * E[tok[i]] + P[i mod T]
 //   output:   logits = h E^T;  dh = dlogits E;  dE += dlogits^T h
-// The output GEMMs run over Vp = round_up(V, M) rows of E: a GPU's tensor-core GEMMs need their
-// N dimension, the vocabulary itself, a multiple of 8, better 64 (the GEMMs of 16384 x 768 x V
-// take 19.5 ms at WikiText-2's V = 33,279 and 3.3 ms at 33,280). M = vocab_multiple(): 64 on a
-// GPU, 1 on the CPU (its results stay as they were). Rows [V, Vp) are zeros reserved in the
-// ParamStore right after the table (its shape stays {V, d}): their logits are 0, softmax_xent
-// never reads those columns and sets their gradient to 0, so dE there is 0 and Adam leaves them 0.
+// The output GEMMs run over Vp = round_up(V, M) rows of E: a GPU's tensor-core GEMMs take their
+// fast kernels only when their N dimension, the vocabulary itself, is a multiple of 8, better 64.
+// M = vocab_multiple(): 64 on a GPU, 1 on the CPU (whose results stay those of V rows). Rows
+// [V, Vp) are zeros reserved in the ParamStore right after the table (its shape stays {V, d}):
+// their logits are 0, softmax_xent never reads those columns and sets their gradient to 0, so dE
+// there is 0 and Adam leaves them 0.
 // The logits' rows are ld apart; logits_ld() pads them to 8 words (32 bytes), since cuBLAS runs
 // a GEMM whose leading dimension is not a multiple of 16 bytes on slower kernels.
 // The loss (output_loss) runs over chunks of rows whose logits hold at most max_logits values
-// (twice as many where they are bf16, in the same bytes: k::gemm_outputs_in_bf16): GPT-2 small's
-// 16384 x 33,344 fp32 logits alone would be 2.2 GB, the largest buffer of an update.
+// (twice as many where they are bf16, in the same bytes: k::gemm_outputs_in_bf16): the logits of
+// a whole batch would be the largest buffer of an update.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +23,7 @@
 namespace pn {
 
 // The multiple the output layer pads its vocabulary to on the current device: 64 on a GPU, else
-// 1 unless set_cpu_vocab_multiple says otherwise (tests: the CPU, and the stand-in Sim that
-// computes as it, pad as a GPU does).
+// 1 unless set_cpu_vocab_multiple says otherwise (tests: the CPU padded as a GPU pads).
 int vocab_multiple();
 void set_cpu_vocab_multiple(int multiple);
 

@@ -163,7 +163,7 @@ void LanguageModel<T>::train_pass(const Batch& batch, T grad_scale, double* loss
   if (grads_ready) grads_ready(0);
   const auto t2 = clock::now();
   // The host's clock times the halves only where the kernels run as they are called (the
-  // CPU): on a GPU or the stand-in it would time their launches, so they go untimed (NaN).
+  // CPU): on a GPU it would time their launches, so they go untimed (NaN).
   const bool host_timed = current_device() == Device::CPU;
   forward_s = host_timed ? std::chrono::duration<double>(t1 - t0).count() : NAN;
   backward_s = host_timed ? std::chrono::duration<double>(t2 - t1).count() : NAN;

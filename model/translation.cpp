@@ -254,7 +254,7 @@ void TranslationModel<T>::forward_backward(const ParallelBatch& batch, T grad_sc
   ready(0);
   const auto t2 = clock::now();
   // The host's clock times the halves only where the kernels run as they are called (the
-  // CPU): on a GPU or the stand-in it would time their launches, so they go untimed (NaN).
+  // CPU): on a GPU it would time their launches, so they go untimed (NaN).
   const bool host_timed = current_device() == Device::CPU;
   forward_s = host_timed ? std::chrono::duration<double>(t1 - t0).count() : NAN;
   backward_s = host_timed ? std::chrono::duration<double>(t2 - t1).count() : NAN;

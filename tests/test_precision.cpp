@@ -2,7 +2,7 @@
 // products in fp32; storage, norms, their statistics, the loss and Adam stay fp32. The GEMM is
 // checked against a double-precision sum of the rounded operands (it must equal it up to fp32
 // summation) and against fp32 (within bf16's rounding); training with every norm kind must track
-// fp32, and the stand-in device must give the CPU's bf16 run bit for bit.
+// fp32.
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 
@@ -219,8 +219,7 @@ std::vector<double> train_losses(Device device, GemmMath math, const Options& o)
 
 // Every norm kind forward and backward inside a bf16 model: the training loss of each update
 // within 0.2% of fp32's over 12 updates (measured here: 1e-4 to 3e-4; the norms compute in fp32
-// in both, what differs is every GEMM before and after them), never all equal; the stand-in
-// device gives the CPU's bf16 losses bit for bit.
+// in both, what differs is every GEMM before and after them), never all equal.
 TEST(Bf16Training, EveryNormTracksFp32) {
   FLAGS_minloglevel = 1;
   for (const char* norm : {"layer", "rms", "group", "batch", "power_v", "power"}) {
@@ -235,7 +234,6 @@ TEST(Bf16Training, EveryNormTracksFp32) {
       const std::string what = std::string(norm) + " (" + variant + ")";
       const std::vector<double> fp32 = train_losses(Device::CPU, GemmMath::fp32, o);
       const std::vector<double> bf16 = train_losses(Device::CPU, GemmMath::bf16, o);
-      const std::vector<double> sim = train_losses(Device::Sim, GemmMath::bf16, o);
       ASSERT_EQ(fp32.size(), 12u) << what;
       ASSERT_EQ(bf16.size(), 12u) << what;
       double largest = 0;
@@ -246,7 +244,6 @@ TEST(Bf16Training, EveryNormTracksFp32) {
       EXPECT_GT(largest, 1e-6) << what << ": bf16 trained exactly as fp32 (no rounding?)";
       std::printf("%-16s largest relative loss difference bf16/fp32 over 12 updates: %.2e\n",
                   what.c_str(), largest);
-      EXPECT_EQ(sim, bf16) << what << ": the stand-in device's bf16 run differs from the CPU's";
     }
   }
 }

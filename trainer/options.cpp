@@ -85,7 +85,7 @@ struct Choices {
     return v;                                                             \
   }                                                                       \
   constexpr Choices id{id##_names, listed};
-PN_CHOICES(kDevices, true, "auto", "cpu", "cuda", "sim")
+PN_CHOICES(kDevices, true, "auto", "cpu", "cuda")
 PN_CHOICES(kPrecisions, true, "fp32", "tf32", "bf16")
 PN_CHOICES(kAttentions, true, "fused", "cudnn", "materialized")
 PN_CHOICES(kOptimizers, true, "adam")
@@ -585,7 +585,7 @@ void validate_options(const Options& o) {
     if (std::find(c.begin(), c.end(), v) == c.end())
       fail(std::string("--") + f.name + " '" + v + "' is unknown: choose one of " + join(c));
   }
-  const bool on_cpu = o.device == "cpu" || o.device == "sim" ||
+  const bool on_cpu = o.device == "cpu" ||
                       (o.device == "auto" && cuda_device_count() == 0);
   // bf16 on a CPU runs its GEMMs on the CPU's bf16 instructions (kernels/cpu/gemm_bf16.cpp).
   // Without AVX512_BF16 only bf16's numerics remain (operands rounded, fp32 sgemm), at fp32's

@@ -142,7 +142,7 @@ class Trainer {
 
   // gradient_sync.cpp. Buckets of the flat gradient buffer, each summed over every rank as soon
   // as the backward is done with it: MPI on the host, NCCL on a GPU, or staged through the
-  // host (ranks sharing a GPU, the stand-in device).
+  // host (ranks sharing a GPU).
   struct Bucket {
     size_t begin = 0, end = 0;
     PendingSum sum;  // this update's sum, while it runs (layers/device_allreduce.h)

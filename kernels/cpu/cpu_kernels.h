@@ -1,7 +1,7 @@
 // The CPU implementations of every operation of kernels/ops.inc (each defined in the file its
 // entry names, kernels/cpu/<cpu file>.cpp, which also instantiates it): the reference the CUDA
-// twins are tested against, the fallback, and (through the stand-in device) the math of the
-// wiring tests. Templates instantiated for float (training) and double (gradient checks).
+// twins are tested against, and the fallback. Templates instantiated for float (training) and
+// double (gradient checks).
 // Called only by the dispatch in kernels/dispatch.cpp and by tests that compare a device with
 // the CPU.
 #pragma once

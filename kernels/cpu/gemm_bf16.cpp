@@ -180,9 +180,9 @@ std::string bf16_matmul_description() {
 void gemm_bf16_matmul(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
                       const float* B, int ldb, float beta, float* C, int ldc) {
   if (M == 0 || N == 0) return;
-  // oneDNN 2.6 has its AMX kernels only for a dense C: a padded one (the logits, whose rows are
-  // padded to 8 words) gets its vdpbf16ps gemm, slower than AMX on a dense C plus a copy
-  // (ptb_small's logits at 2 threads: 77 ms against 58 ms, 44 of them the GEMM), so C is staged.
+  // oneDNN runs its AMX kernels only for a dense C; a padded one (the logits, whose rows are
+  // padded to 8 words) would take its slower vdpbf16ps kernels, so C is staged: computed dense,
+  // then copied into its rows.
   const bool staged = ldc != N;
   const Matmul* m = K == 0 ? nullptr : &matmul_for({ta, tb, M, N, K, alpha, beta});
   if (!m || !m->usable)

@@ -31,16 +31,16 @@ namespace pn::k::cpu {
 namespace {
 constexpr int kRowChunk = 256;  // rows per partial-sum chunk (fixed: thread-count independent)
 inline bool big(int rows, int d) { return size_t(rows) * size_t(d) > 32768; }
-// A forward asked for its output in bf16 (y16, the GPU's form; here for the stand-in and the
-// tests): into a temporary, then rounded.
+// A forward asked for its output in bf16 (y16, the GPU's form; here for the tests): into a
+// temporary, then rounded.
 template <class T, class Forward>
 void rounded_output(size_t n, uint16_t* y16, Forward&& forward) {
   std::vector<T> y(n);
   forward(y.data());
   for (size_t i = 0; i < n; ++i) y16[i] = bf16_bits(float(y[i]));
 }
-// A backward asked for its dx in bf16 too (dx16, the GPU's form; here for the stand-in and the
-// tests): rounded from dx as the kernel returns.
+// A backward asked for its dx in bf16 too (dx16, the GPU's form; here for the tests): rounded
+// from dx as the kernel returns.
 template <class T>
 struct RoundedOnReturn {
   const T* dx;

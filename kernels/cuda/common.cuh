@@ -167,26 +167,18 @@ void column_combine(const double* part, int nch, int d, Dst* dst0, Dst* dst1, cu
 }
 
 // ---- column passes ---------------------------------------------------------------------------
-// Which chunk of rows and which tile of columns block b takes (ColumnOrder): strips, a grid of
-// chunks x tiles with the chunks in x (up to 2^31-1 of them); bands, a grid of chunks * tiles
-// blocks in x, the tiles of a chunk one after another, from the last chunk back where `back`.
-struct ColumnWalk {
-  int tiles;
-  bool bands, back;
+// Which chunk of rows and which tile of columns block b takes: a grid of chunks x tiles, the
+// chunks in x (up to 2^31-1 of them). A pass's kernel takes the walk as a parameter so that
+// dev/cuda can time another order of the same blocks.
+struct StripWalk {
   __device__ void block(int& chunk, int& tile) const {
-    if (!bands) {
-      chunk = blockIdx.x;
-      tile = blockIdx.y;
-      return;
-    }
-    const unsigned b = back ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    chunk = int(b / unsigned(tiles));
-    tile = int(b % unsigned(tiles));
+    chunk = blockIdx.x;
+    tile = blockIdx.y;
   }
 };
 
 // A block takes kColRowChunk rows of kColTile columns (block kColTile x kColLanes, its chunk and
-// tile from ColumnWalk): thread (tx, ty) has column c = tile * 32 + tx
+// tile from Walk): thread (tx, ty) has column c = tile * 32 + tx
 // and rows r0 + ty, r0 + ty + 8, ..., which it takes kStageRows at a time: first every load of
 // the stage (so that they are in flight together; a row's values are read whether it is live or
 // not, so that no load waits for a mask), then the per-element work in row order. A Pass gives
@@ -197,9 +189,9 @@ struct ColumnWalk {
 // column_combine adds the chunks: a partition and order fixed by the shape. when: null, or a
 // device value: the pass does nothing unless *when > 0.
 constexpr int kStageRows = 8;
-template <class Pass>
-__global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int d,
-                                   ColumnWalk walk, const double* when, double* part) {
+template <class Pass, class Walk = StripWalk>
+__global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int d, Walk walk,
+                                   const double* when, double* part) {
   if (when && !(*when > 0)) return;  // uniform over the grid: no barrier is left half-reached
   int ch, tile;
   walk.block(ch, tile);
@@ -236,7 +228,7 @@ __global__ void column_pass_kernel(Pass pass, const uint8_t* mask, int rows, int
 
 // Both levels of a pass on stream s: dst0, dst1 summed (either may be null; with rows == 0 the
 // double destinations become 0 and the float ones stay as they are); without destinations, the
-// map alone (in bands, from the last band back).
+// map alone.
 template <class Pass, class Dst>
 void column_pass(const Pass& pass, const uint8_t* mask, int rows, int d, const double* when,
                  Dst* dst0, Dst* dst1, cudaStream_t s) {
@@ -246,12 +238,8 @@ void column_pass(const Pass& pass, const uint8_t* mask, int rows, int d, const d
   double* part = sums && nch > 0 ? scratch_as<double>(kSlotPartials, size_t(nch) * 2 * d, s)
                                  : nullptr;
   if (nch > 0) {
-    const bool bands =
-        column_order() == ColumnOrder::bands && (long long)nch * tiles <= 0x7fffffffLL;
-    const ColumnWalk walk{tiles, bands, bands && !sums};
-    const dim3 grid = bands ? dim3(unsigned(nch) * unsigned(tiles)) : dim3(nch, tiles);
-    PN_LAUNCH(column_pass_kernel<Pass>, grid, dim3(kColTile, kColLanes), 0, s)(
-        pass, mask, rows, d, walk, when, part);
+    PN_LAUNCH(column_pass_kernel<Pass>, dim3(nch, tiles), dim3(kColTile, kColLanes), 0, s)(
+        pass, mask, rows, d, StripWalk{}, when, part);
     PN_LAUNCHED();
   }
   if (sums) column_combine(part, nch, d, dst0, dst1, s);

@@ -142,29 +142,6 @@ void push_bf16_copy(Blas& b, const float* x, size_t n);
 void pop_bf16_copy(Blas& b);
 void from_bf16(const __nv_bfloat16* x, size_t n, float* y, cudaStream_t s);
 
-// The row norms' backward (layer, rms, group) where a group is held whole, for the norm bench to
-// time both: staged (8 warps a block, each lane's values read as floats, x and dy a second time
-// from L1) or held (4 warps a block, 16-byte loads, x, dy and dx read once; groups of 128, 256,
-// 384, 512, 768 or 1024 on aligned rows, else staged). Staged until a GPU's timing says
-// otherwise; the loser then goes. PN_ROW_BACKWARD=held (or staged) chooses for a whole process
-// (pntrain, the tests, gpu-check's steps) unless set_row_backward is called; another value is
-// refused with a message at the first backward.
-enum class RowBackward { staged, held };
-void set_row_backward(RowBackward kind);
-RowBackward row_backward();  // the one in use (reads PN_ROW_BACKWARD the first time)
-
-// The order in which a column pass (batch, power_v and power statistics and maps; bias and
-// parameter gradients) hands out its blocks of 256 rows x 32 columns, for the norm bench to time
-// both; the blocks, their sums and so the bits are the same in either. strips: a strip of 32
-// columns top to bottom, then the next strip (rows 3 KB apart at d 768 read 128 bytes at a time).
-// bands: every strip of a band of 256 rows (contiguous memory) before the next band, and a pass
-// that only maps (after a pass that summed the same rows) from the last band back, where the
-// rows read last are the likeliest still in L2. Strips until a GPU's timing says otherwise;
-// PN_COLUMN_ORDER=bands (or strips) chooses for a whole process as PN_ROW_BACKWARD does.
-enum class ColumnOrder { strips, bands };
-void set_column_order(ColumnOrder order);
-ColumnOrder column_order();  // the one in use (reads PN_COLUMN_ORDER the first time)
-
 // y = x, device to device (k::copy takes copy_on_device instead).
 void copy(const float* x, size_t n, float* y, cudaStream_t s);
 

@@ -5,8 +5,9 @@
 // Three builds provide these functions: kernels/cuda/cudnn_sdpa.cpp on a real CUDA build (cuDNN
 // loaded at run time, so a machine without it still runs, on the other attention kernels), the
 // same file without the frontend's headers (every shape unsupported, with the reason), and
-// emulator/cudnn_sdpa.cpp, which computes the same outputs with the CPU's attention so that the
-// call sites (kernels/cuda/cudnn_attention.cu) run everywhere.
+// emulator/cudnn_sdpa.cpp, which computes the same outputs on the CPU from the definitions
+// (double sums, bf16 results), apart from the project's CPU attention, so that the call sites
+// (kernels/cuda/cudnn_attention.cu) run everywhere and are checked against an independent one.
 //
 // Layouts, one sequence of T tokens after another, heads of dh = d/H columns:
 //   qkv  bf16 [nseq*T, 3d]: q | k | v of each token (the QKV projection's output, rounded);

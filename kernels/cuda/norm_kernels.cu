@@ -19,13 +19,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/row_groups.cuh"
 
 namespace pn::cuda {
 namespace {
@@ -38,12 +36,9 @@ __device__ __forceinline__ void put_out(float* y, uint16_t* y16, size_t i, float
     y[i] = v;
 }
 
-// An input gradient: dx[i] = v, or dx[i] += v (add: the residual stream's gradient taken in
-// place, rounded as a separate add would round it); where dx16 is given, its bf16 rounding too.
-__device__ __forceinline__ void put_grad16(float* dx, uint16_t* dx16, size_t i, float v) {
-  dx[i] = v;
-  if (dx16) reinterpret_cast<__nv_bfloat16*>(dx16)[i] = __float2bfloat16_rn(v);
-}
+// An input gradient: dx[i] += v (add: the residual stream's gradient taken in place, rounded as
+// a separate add would round it), else dx[i] = v (put_grad16); where dx16 is given, its bf16
+// rounding too.
 __device__ __forceinline__ void put_grad(float* dx, uint16_t* dx16, size_t i, float v, bool add) {
   put_grad16(dx, dx16, i, add ? __fadd_rn(dx[i], v) : v);
 }
@@ -302,31 +297,6 @@ __global__ void rowgroup_forward_kernel(const float* x, ResidualIn res, int rows
   }
 }
 
-// A row group's normalized value: (a - mu) rstd, or a rinv for rms.
-__device__ __forceinline__ float row_xhat(float a, bool rms, float mu, float rs) {
-  return rms ? __fmul_rn(a, rs) : __fmul_rn(__fsub_rn(a, mu), rs);
-}
-// The means over a row group of g and g xh from a lane's sums (the warp adds them; rms: no mean
-// of g), and a value's input gradient from them (the backward's formula below).
-struct RowMeans {
-  float g, gx;
-};
-__device__ __forceinline__ RowMeans row_means(bool rms, double sg, double sgx, int m) {
-  if (!rms) sg = warp_sum(sg);
-  sgx = warp_sum(sgx);
-  return {float(sg / m), float(sgx / m)};
-}
-__device__ __forceinline__ float row_grad(bool rms, float rs, float xh, float g, RowMeans mean) {
-  return rms ? __fmul_rn(rs, __fsub_rn(g, __fmul_rn(xh, mean.gx)))
-             : __fmul_rn(rs, __fsub_rn(__fsub_rn(g, mean.g), __fmul_rn(xh, mean.gx)));
-}
-// A masked row's input gradient: 0, or dx as it is when adding; its bf16 copy where given.
-__device__ __forceinline__ void masked_row_grad(float* dx, uint16_t* dx16, size_t off, int m,
-                                                int lane, bool add) {
-  if (!add || dx16)
-    for (int c = lane; c < m; c += 32) put_grad16(dx, dx16, off + c, add ? dx[off + c] : 0.f);
-}
-
 // Backward of a row group, xh = (x - mu) rstd (kRms: x rinv), g = gamma dy: dx = rstd (g -
 // mean_group g - xh mean_group(g xh)) (kRms: rinv (g - xh mean_group(g xh))); 0 on masked rows.
 // Block b takes group j = b % G of rows b / G * kRowWarps + warp, stepping row_step. With part
@@ -434,122 +404,6 @@ __global__ void rowgroup_backward_kernel(const float* x, const float* dy, const 
     }
   }
 }
-// The same backward with the group held whole (m = 128 KV; x, dy, dx, gamma 16-byte aligned,
-// dx16 8-byte): each lane loads its 4 KV values of x, dy and (adding) dx as 16-byte vectors,
-// once, and keeps xh and g in their place for the second half (the kernel above reads x and dy
-// again, from L1, as scalars); blocks of kHeldWarps warps, a lane's values 4 (lane + 32 k) + e.
-// The same math and rounding per value; the row sums and dgamma/dbeta add other lanes' columns
-// in another order, so their last bits may differ from the kernel above's.
-constexpr int kHeldWarps = 4;
-// Blocks an SM: three up to 4 vectors a lane (at most 152 registers); with more, a cap of 168
-// spilled, and it takes two (d 768 and 1024: 148 to 236 registers, no spills).
-constexpr int held_blocks_per_sm(int kv) { return kv <= 4 ? 3 : 2; }
-struct F4 {
-  float v[4];
-};
-__device__ __forceinline__ F4 load4(const float* p) {
-  const float4 a = *reinterpret_cast<const float4*>(p);
-  return {{a.x, a.y, a.z, a.w}};
-}
-template <bool kRms, int KV, bool kAdd>
-__global__ void __launch_bounds__(kHeldWarps * 32, held_blocks_per_sm(KV))
-    rowgroup_backward_held_kernel(const float* x, const float* dy, const float* mean,
-                                  const float* stat, const float* gamma, const uint8_t* mask,
-                                  int rows, int d, int G, int row_step, float* dx,
-                                  uint16_t* dx16, double* part) {
-  constexpr int m = 128 * KV;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int j = int(blockIdx.x % G), rb = int(blockIdx.x / G);
-  const float* gj = gamma ? gamma + size_t(j) * m : nullptr;
-  // dx (when adding) loaded with x and dy up to 6 vectors; at 8 it is loaded whole before the
-  // second half instead (fewer registers while the first half's loads are in flight).
-  constexpr bool kEarlyDx = KV <= 6;
-  F4 pg[KV] = {}, pb[KV] = {};
-  for (int r = rb * kHeldWarps + warp; r < rows; r += row_step) {
-    const size_t off = size_t(r) * d + size_t(j) * m;
-    const bool row_live = live(mask, r);  // read with the values (the kernel above says why)
-    F4 xv[KV], gv[KV], dv[kAdd ? KV : 1];
-#pragma unroll
-    for (int k = 0; k < KV; ++k) {
-      const size_t i = off + 4 * (lane + 32 * k);
-      xv[k] = load4(x + i);
-      gv[k] = load4(dy + i);
-      if constexpr (kAdd && kEarlyDx) dv[k] = load4(dx + i);
-    }
-    const size_t u = size_t(r) * G + j;
-    const float rs = stat[u], mu = kRms ? 0.f : mean[u];
-    double sg = 0, sgx = 0;
-#pragma unroll
-    for (int k = 0; k < KV; ++k) {
-      const F4 gm = gj ? load4(gj + 4 * (lane + 32 * k)) : F4{};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float dyc = gv[k].v[e], xh = row_xhat(xv[k].v[e], kRms, mu, rs);
-        const float g = gj ? __fmul_rn(gm.v[e], dyc) : dyc;
-        sg += double(g);
-        sgx += double(__fmul_rn(g, xh));
-        if (row_live) {
-          pg[k].v[e] = __fadd_rn(pg[k].v[e], __fmul_rn(dyc, xh));
-          pb[k].v[e] = __fadd_rn(pb[k].v[e], dyc);
-        }
-        xv[k].v[e] = xh;
-        gv[k].v[e] = g;
-      }
-    }
-    if (!row_live) {
-      masked_row_grad(dx, dx16, off, m, lane, kAdd);
-      continue;
-    }
-    const RowMeans means = row_means(kRms, sg, sgx, m);
-    if constexpr (kAdd && !kEarlyDx)
-#pragma unroll
-      for (int k = 0; k < KV; ++k) dv[k] = load4(dx + off + 4 * (lane + 32 * k));
-#pragma unroll
-    for (int k = 0; k < KV; ++k) {
-      F4 o;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = row_grad(kRms, rs, xv[k].v[e], gv[k].v[e], means);
-        if constexpr (kAdd)
-          o.v[e] = __fadd_rn(dv[k].v[e], v);
-        else
-          o.v[e] = v;
-      }
-      const size_t i = off + 4 * (lane + 32 * k);
-      *reinterpret_cast<float4*>(dx + i) = float4{o.v[0], o.v[1], o.v[2], o.v[3]};
-      if (dx16) {
-        union {
-          __nv_bfloat162 h[2];
-          uint2 u;
-        } b;
-        b.h[0] = __floats2bfloat162_rn(o.v[0], o.v[1]);
-        b.h[1] = __floats2bfloat162_rn(o.v[2], o.v[3]);
-        *reinterpret_cast<uint2*>(dx16 + i) = b.u;
-      }
-    }
-  }
-  if (!part) return;  // uniform over the block
-  // dgamma, dbeta: the block's warps added in warp order, in double, 128 columns at a time
-  __shared__ float sh[2][kHeldWarps][128];
-#pragma unroll
-  for (int k = 0; k < KV; ++k) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      sh[0][warp][4 * lane + e] = pg[k].v[e];
-      sh[1][warp][4 * lane + e] = pb[k].v[e];
-    }
-    __syncthreads();
-    for (int t = threadIdx.x; t < 2 * 128; t += kHeldWarps * 32) {
-      const int which = t / 128, cc = t % 128;
-      double a = 0;
-      for (int w = 0; w < kHeldWarps; ++w) a += double(sh[which][w][cc]);
-      part[(size_t(rb) * 2 + which) * d + size_t(j) * m + 128 * k + cc] =
-          kRms && which == 1 ? 0.0 : a;
-    }
-    __syncthreads();
-  }
-}
-
 struct RowGradOp {  // the unfused path's parameter gradients: v0 = dy xh, v1 = dy
   const float* x;
   const float* dy;
@@ -597,92 +451,24 @@ void rowgroup_forward(const float* x, ResidualIn res, int rows, int d, int G, fl
   });
 }
 
-// A choice between two kernels, for timing a whole process on either: the program's, else its
-// environment variable's (read once), else the first; another value is refused by name.
-struct KernelChoice {
-  const char* env;
-  const char* what;
-  const char* values[2];
-  int value = -1;
-  int get() {
-    if (value < 0) {
-      const char* e = std::getenv(env);
-      const std::string v = e ? e : values[0];
-      if (v != values[0] && v != values[1])
-        throw std::invalid_argument(std::string(env) + "=" + v + ": " + what + " is '" +
-                                    values[0] + "' or '" + values[1] + "'");
-      value = v == values[1];
-    }
-    return value;
-  }
-};
-KernelChoice row_backward_choice{
-    "PN_ROW_BACKWARD", "the row norms' backward kernel", {"staged", "held"}};
-KernelChoice column_order_choice{
-    "PN_COLUMN_ORDER", "the column passes' block order", {"strips", "bands"}};
-
-// The held kernel's vectors a lane (KV = m / 128) where it takes the shape and the pointers, else
-// 0 (the staged kernel).
-int held_vectors(int m, const void* x, const void* dy, const void* dx, const void* gamma,
-                 const void* dx16) {
-  const auto at = [](const void* p, uintptr_t a) {
-    return reinterpret_cast<uintptr_t>(p) % a == 0;
-  };
-  const int kv = m % 128 == 0 ? m / 128 : 0;
-  const bool fits = kv == 1 || kv == 2 || kv == 3 || kv == 4 || kv == 6 || kv == 8;
-  return fits && at(x, 16) && at(dy, 16) && at(dx, 16) && at(gamma, 16) && at(dx16, 8) ? kv : 0;
-}
-template <class F>
-void with_held_vectors(int kv, F&& f) {  // f(std::integral_constant<int, KV>)
-  switch (kv) {
-    case 1: return f(std::integral_constant<int, 1>());
-    case 2: return f(std::integral_constant<int, 2>());
-    case 3: return f(std::integral_constant<int, 3>());
-    case 4: return f(std::integral_constant<int, 4>());
-    case 6: return f(std::integral_constant<int, 6>());
-    default: return f(std::integral_constant<int, 8>());
-  }
-}
-
 // Row blocks of the backward: at most kGradBlocks blocks in all (their partial sums are d doubles
-// x 2 each), and no more than the rows need. The held kernel's blocks are half as large: as many
-// as an H100's or H200's 132 SMs hold at once (a constant of the shape, not of the GPU, so that
-// the partition, and the bits, depend on the shape alone).
-constexpr int kGradBlocks = 256, kSms = 132;
+// x 2 each), and no more than the rows need.
+constexpr int kGradBlocks = 256;
 template <bool kRms>
 void rowgroup_backward(const float* x, const float* dy, const float* mean, const float* stat,
                        const float* gamma, const uint8_t* mask, int rows, int d, int G, float* dx,
                        float* dgamma, float* dbeta, bool add, uint16_t* dx16, cudaStream_t s) {
   if (rows == 0 || d == 0) return;
   const int m = d / G;
-  const int kv = row_backward() == RowBackward::held && d % 4 == 0
-                     ? held_vectors(m, x, dy, dx, gamma, dx16)
-                     : 0;
-  const int warps = kv ? kHeldWarps : kRowWarps;
-  const int blocks = kv ? kSms * held_blocks_per_sm(kv) : kGradBlocks;
-  const int rb = std::max(1, std::min((rows + warps - 1) / warps, blocks / G));
+  const int rb = std::max(1, std::min((rows + kRowWarps - 1) / kRowWarps, kGradBlocks / G));
   const bool fused = held_slots(m) > 0 && (dgamma || dbeta);
   double* part = fused ? scratch_as<double>(kSlotPartials, size_t(rb) * 2 * d, s) : nullptr;
-  if (kv) {
-    with_held_vectors(kv, [&](auto held) {
-      using H = decltype(held);
-      const unsigned grid = unsigned(rb) * G, threads = kHeldWarps * 32;
-      if (add)
-        PN_LAUNCH((rowgroup_backward_held_kernel<kRms, H::value, true>), grid, threads, 0, s)(
-            x, dy, mean, stat, gamma, mask, rows, d, G, rb * kHeldWarps, dx, dx16, part);
-      else
-        PN_LAUNCH((rowgroup_backward_held_kernel<kRms, H::value, false>), grid, threads, 0, s)(
-            x, dy, mean, stat, gamma, mask, rows, d, G, rb * kHeldWarps, dx, dx16, part);
-      PN_LAUNCHED();
-    });
-  } else {
-    with_held_slots(m, [&](auto held) {
-      PN_LAUNCH((rowgroup_backward_kernel<kRms, decltype(held)::value>), unsigned(rb) * G,
-                kRowWarps * 32, 0, s)(x, dy, mean, stat, gamma, mask, rows, d, G, rb * kRowWarps,
-                                      dx, add, dx16, part);
-      PN_LAUNCHED();
-    });
-  }
+  with_held_slots(m, [&](auto held) {
+    PN_LAUNCH((rowgroup_backward_kernel<kRms, decltype(held)::value>), unsigned(rb) * G,
+              kRowWarps * 32, 0, s)(x, dy, mean, stat, gamma, mask, rows, d, G, rb * kRowWarps,
+                                    dx, add, dx16, part);
+    PN_LAUNCHED();
+  });
   if (fused) {
     column_combine(part, rb, d, dgamma, dbeta, s);
   } else if (dgamma || dbeta) {
@@ -691,11 +477,6 @@ void rowgroup_backward(const float* x, const float* dy, const float* mean, const
 }
 
 }  // namespace
-
-RowBackward row_backward() { return RowBackward(row_backward_choice.get()); }
-void set_row_backward(RowBackward kind) { row_backward_choice.value = int(kind); }
-ColumnOrder column_order() { return ColumnOrder(column_order_choice.get()); }
-void set_column_order(ColumnOrder order) { column_order_choice.value = int(order); }
 
 void column_stats(const float* x, const uint8_t* mask, int rows, int d, const double* shift,
                   double* count, double* sum, double* sumsq, cudaStream_t s) {

@@ -19,10 +19,11 @@ STAGE="$(mktemp -d)"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$OUT"
 
-bins=("$BUILD/bin/pntrain" "$BUILD/bin/pnbench_cuda_norms" "$BUILD/tests/pn_tests"
+bins=("$BUILD/bin/pntrain" "$BUILD/bin/pnbench_norms" "$BUILD/tests/pn_tests"
       "$BUILD/tests/cuda/pn_cuda_tests")
 [ -x "$BUILD/tests/cuda/pn_cuda_mpi_tests" ] && bins+=("$BUILD/tests/cuda/pn_cuda_mpi_tests")
 [ -x "$BUILD/tests/pn_mpi_tests" ] && bins+=("$BUILD/tests/pn_mpi_tests")
+for x in "$BUILD"/bin/dev_*; do [ -x "$x" ] && bins+=("$x"); done  # the kernel experiments
 for b in "${bins[@]}"; do
   [ -x "$b" ] || { echo "pn gpu-bundle: $b is missing: build with CUDA first (PN_CUDA=ON)" >&2; exit 2; }
   grep -q "cudaLaunchKernel\|__cudaRegisterFatBinary" "$b" ||

@@ -27,19 +27,19 @@
 #                   (BN and PN LMs, translation with beam search): every kernel of a whole run
 #   nccl_2ranks     [30] 2 ranks on the one GPU through the staged fallback (and training in
 #                   sync groups there against the CPU), when MPI came along
-#   norm_bench      [40] every norm layer's forward + backward beside a device copy, plain and
-#                   as the residual add before a pre-norm, at d 512, 768 and 1024, 16K and 64K
-#                   tokens (pnbench_cuda_norms): forward and backward each, fp32 and as
-#                   training runs them (residual add in, bf16 out), beside each design's bound
+#   norm_bench      [40] every norm layer's forward and backward as shares of a device copy's
+#                   bandwidth, with L2 flushed between repetitions, at d 512, 768 and 1024, 16K
+#                   and 64K tokens (pnbench_norms --device cuda): fp32 and as training runs them
+#                   (residual add in, bf16 out), each norm's bytes its real reads and writes
 #   norm_profile    [90] only when --steps names it: Nsight Compute's bandwidth, occupancy and
 #                   warp-stall sections of LN's, BN's and PN's kernels (norm_profile.txt)
 #   profile         [150] only when --steps names it: Nsight Compute's time of every kernel of
 #                   one update of configs/gpt2_small_wt2.ini in bf16, summed by kernel name
 #                   (profile_kernels.txt, largest first); then profile_power [75], the same
 #                   with --norm power (profile_power_kernels.txt)
-#   kernel_choices  [100] only when --steps names it: GPT-2 small in bf16, 40 updates each of
-#                   layer, batch and power with the default kernels and with the second ones
-#                   (PN_ROW_BACKWARD=held, PN_COLUMN_ORDER=bands): tokens/s side by side
+#   experiments     [60] the kernel experiments of dev/cuda (bin/dev_*), each checked against
+#                   the CPU and timed beside the product's kernel with L2 flushed between
+#                   repetitions (experiments.log)
 #   throughput_*    [20-25 each, 45] configs/ptb_small.ini tokens/s on the GPU in fp32 (its
 #                   micro-steps as CUDA graphs, then launch by launch: --cuda-graphs off) and
 #                   tf32 and on the CPU; configs/reproduce_long_ptb.ini (the --long cells'
@@ -250,52 +250,20 @@ if [[ "$ONLY" == *",profile,"* ]] && [ -d "$B/wikitext-2" ]; then
       head -n 12 "$OUT/${name}_kernels.txt" >> "$OUT/report.txt"
   done
 fi
-step norm_bench 40 "${bundled[@]}" bash -c "for shape in '16384 512' '16384 768' '16384 1024' '65536 512' '65536 768' '65536 1024'; do
-  \"$B/bin/pnbench_cuda_norms\" \$shape || exit 1; done"
+step norm_bench 40 "${bundled[@]}" "$B/bin/pnbench_norms" --device cuda --dims 512,768,1024 \
+  --tokens 16384,65536
 if [[ "$ONLY" == *",norm_profile,"* ]]; then
   # Why a norm's kernels fall short of the copy: bandwidth, occupancy and warp stalls of each
-  # kernel of LN (both backward kernels), BN (both column orders) and PN at d 768, 16K tokens,
-  # each figure's calls made once.
+  # kernel of LN, BN and PN at d 768, 16K tokens, each figure's calls made once.
   step norm_profile 90 "${bundled[@]}" "${NCU[@]}" --clock-control none \
     --kernel-name regex:'rowgroup|column_pass|column_combine' --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     --section LaunchStats --print-kernel-base function --log-file "$OUT/norm_profile.txt" \
-    "$B/bin/pnbench_cuda_norms" 16384 768 layer,layer_held,batch,batch_bands,power 1
+    "$B/bin/pnbench_norms" --device cuda --dims 768 --tokens 16384 --kinds layer,batch,power \
+    --reps 1
 fi
-if [[ "$ONLY" == *",kernel_choices,"* ]] && [ -d "$B/wikitext-2" ]; then
-  # The second kernels (cuda::RowBackward held, cuda::ColumnOrder bands) over whole bf16 updates
-  # of GPT-2 small, beside the defaults, one norm after another: where the norm bench says a
-  # second kernel is faster, this says what it gives training, without a second call.
-  step kernel_choices 100 "${bundled[@]}" bash -c '
-    for norm in layer batch power; do
-      for choice in default second; do
-        kernels=(); [ $choice = second ] && kernels=(PN_ROW_BACKWARD=held PN_COLUMN_ORDER=bands)
-        echo "== $norm, $choice kernels ${kernels[*]}"
-        env "${kernels[@]}" "$0/bin/pntrain" --config "$1/configs/gpt2_small_wt2.ini" \
-          --data "$0/wikitext-2" --norm $norm --device cuda --precision bf16 --dropout 0 \
-          --max-update 40 --validate-interval-updates 0 --log-interval 5 \
-          --metrics "$2/kernel_choices_${norm}_$choice.jsonl" 2>&1 | tail -n 2
-        [ "${PIPESTATUS[0]}" -eq 0 ] || exit 1
-      done
-    done' "$B" "$ROOT" "$OUT"
-  ls "$OUT"/kernel_choices_*.jsonl > /dev/null 2>&1 &&
-  python3 - "$OUT" >> "$OUT/report.txt" <<'PY' || true
-import json, statistics, sys
-out = sys.argv[1]
-def rate(norm, choice):  # the median tokens/s of the progress lines after the first two
-    try:
-        rows = [json.loads(l) for l in open(f"{out}/kernel_choices_{norm}_{choice}.jsonl")]
-        return round(statistics.median([r["tokens_per_s"] for r in rows
-                                        if "tokens_per_s" in r][2:]))
-    except Exception:
-        return None
-for norm in ("layer", "batch", "power"):
-    d, s = rate(norm, "default"), rate(norm, "second")
-    print(f"{'kernel_choices':<20} gpt2_small_wt2 bf16 {norm}: tokens/s default kernels {d}, "
-          f"held row backward + column bands {s}, second/default "
-          f"{s / d:.3f}" if d and s else f"{'kernel_choices':<20} {norm}: not measured")
-PY
-fi
+step experiments 60 "${bundled[@]}" bash -c 'for x in "$0"/bin/dev_*; do
+  echo "== $(basename "$x")"; "$x" || exit 1; done' "$B"
 if [ -d "$B/ptb" ]; then
   # name:config:device:precision:graphs:updates:limit
   for run in cuda:ptb_small:cuda:fp32:on:25:25 cuda_nographs:ptb_small:cuda:fp32:off:25:20 \

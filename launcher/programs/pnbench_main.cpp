@@ -17,14 +17,17 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "kernels/device.h"
+#include "launcher/programs/openblas_core.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/trainer.h"
@@ -361,6 +364,45 @@ Replay replay_statistics(pn::Communicator& comm, pn::Communicator& group,
 // --probe-allreduce: per probe size, the median over its probed updates of the update's probe
 // seconds (summed as the statistics time is), divided by the all-reduces per update: seconds per
 // all-reduce, appended to DIR/allreduce_in_training.csv and printed.
+// In-training calibration (--probe-allreduce, on the statistics communicator under
+// --split-stats-wait): of every two runs of `period` blocking all-reduces (one update's
+// statistics), the second's calls each first sum a probe message of the next size in `sizes`,
+// timed after the barrier as (bytes, seconds): what an all-reduce costs in the cache state that
+// training leaves, which back-to-back calls do not see. The first run of each two is measured as
+// usual. One probed update probes one size (the next, cycling) at all of its all-reduces, so that
+// its probes add up as the update's statistics all-reduces do. A probe is the communicator's own
+// allreduce_sum, called from its after_barrier hook with the barrier off; the counts it adds to
+// the communicator's are taken back out, and its time is the collective time it adds.
+struct AllreduceProbes {
+  pn::Communicator& comm;
+  int64_t period;
+  std::vector<size_t> sizes;
+  int64_t calls = 0;
+  bool inside = false;
+  std::vector<double> message;
+  std::vector<std::pair<size_t, double>> times;
+
+  AllreduceProbes(pn::Communicator& c, int64_t p, std::vector<size_t> s)
+      : comm(c), period(p), sizes(std::move(s)) {
+    comm.after_barrier = [this] { before_sum(); };
+  }
+  ~AllreduceProbes() { comm.after_barrier = nullptr; }
+  void before_sum() {
+    if (inside || (calls++ / period) % 2 == 0) return;
+    const int64_t k = int64_t(times.size()) / period;
+    message.assign(std::max<size_t>(1, sizes[k % sizes.size()] / 8), 1.0);
+    const int64_t count = comm.allreduce_count, bytes = comm.allreduce_bytes;
+    const double t0 = comm.collective_seconds;
+    inside = true;
+    comm.wait_apart = false;
+    comm.allreduce_sum(message.data(), message.size());
+    comm.wait_apart = true;
+    inside = false;
+    comm.allreduce_count = count, comm.allreduce_bytes = bytes;
+    times.emplace_back(message.size() * 8, comm.collective_seconds - t0);
+  }
+};
+
 void write_probes(const std::string& dir, const std::string& norm, const pn::Communicator& comm,
                   int group_size, double stats_bytes_per_update, bool oversubscribed,
                   const std::vector<std::pair<size_t, double>>& probes, size_t per_update) {
@@ -549,24 +591,25 @@ int main(int argc, char** argv) {
       pn::Communicator& stats = trainer.stats_communicator();
       const bool counted = &stats != comm.get();  // one rank: no statistics all-reduce at all
       stats.wait_apart = b.split_wait && counted;
-      if (b.probe && counted) {
-        stats.probe_period = int64_t(statistics_messages(opt).size()) * opt.update_freq;
+      std::unique_ptr<AllreduceProbes> probing;
+      if (b.probe && counted)
         // Dense where the statistics are (d = 64 to 1024: 0.5 to 16 KiB), so that each of
         // their messages lies between two probes; Open MPI's shared-memory eager limit is 4 KiB.
-        stats.probe_bytes = {8, 512, 1024, 2048, 4096, 8192, 16384};
-      }
+        probing = std::make_unique<AllreduceProbes>(
+            stats, int64_t(statistics_messages(opt).size()) * opt.update_freq,
+            std::vector<size_t>{8, 512, 1024, 2048, 4096, 8192, 16384});
       trainer.train();
-      if (stats.probe_period > 0) {
-        if (stats.allreduce_count != stats.probe_period * opt.max_update)
+      if (probing) {
+        if (stats.allreduce_count != probing->period * opt.max_update)
           throw std::runtime_error(
               "--probe-allreduce: " + std::to_string(stats.allreduce_count) +
               " statistics all-reduces in " + std::to_string(opt.max_update) +
-              " updates, not the model's " + std::to_string(stats.probe_period) +
+              " updates, not the model's " + std::to_string(probing->period) +
               " per update, so probed and measured updates mixed: drop --probe-allreduce");
-        probe_period = size_t(stats.probe_period);
+        probe_period = size_t(probing->period);
         const size_t warm = b.warmup / 2 * probe_period;  // the probes of warm-up updates
-        probes.assign(stats.probe_times.begin() + std::min(warm, stats.probe_times.size()),
-                      stats.probe_times.end());
+        const auto& times = probing->times;
+        probes.assign(times.begin() + std::min(warm, times.size()), times.end());
       }
       stats_per_update = counted ? double(stats.allreduce_count) / opt.max_update : 0;
       stats_bytes_per_update = counted ? double(stats.allreduce_bytes) / opt.max_update : 0;

@@ -63,7 +63,7 @@ int run(int argc, char** argv, pn::Communicator& comm) {
      "sync_* norms reduce their statistics within groups of this many consecutive ranks (a "
      "divisor of the world size; default: all ranks)")
     ("device", po::value(&device_name)->default_value(device_name),
-     "cpu, cuda (the rank's node-local GPU) or sim (the CPU stand-in for a GPU)")
+     "cpu or cuda (the rank's node-local GPU)")
     ("out", po::value(&out)->required(), "output directory");
   // clang-format on
   po::variables_map vm;

@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "kernels/device.h"
 #include "launcher/programs/log_format.h"
+#include "launcher/programs/openblas_core.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/interrupt.h"

@@ -1,10 +1,12 @@
 // The GPU-only failure classes a CPU run cannot show, each held by a test that runs on the first
 // GPU (skipped without one): GEMMs on non-square views with padded leading dimensions, fp32
 // GEMMs that stay fp32 after a tf32 context, logits of more than 2^31 elements, and host
-// sources of copies reused at once while the stream is still busy, the peak-memory measure.
+// sources of copies reused at once while the stream is still busy, the peak-memory measure; and
+// on the emulation, a host read of device memory faults, as it does on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -20,6 +22,31 @@ namespace pn::test {
 namespace {
 
 constexpr cudaStream_t kStream = nullptr;  // the legacy default stream: download() syncs it
+
+// A host read of device memory dies of SIGSEGV at the read: the emulation's device memory is
+// mapped without access while no stream has work (emulator/runtime.cpp), so a wiring mistake that
+// a GPU would fault on faults here too; the device itself still reads and copies it.
+TEST(CudaEmulation, AHostReadOfDeviceMemoryFaults) {
+  PN_REQUIRE_GPU();
+#if !defined(PN_CUDA_EMULATE)
+  GTEST_SKIP() << "a GPU's own fault; the check is the emulation's";
+#elif defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer builds take device memory from malloc, to see its overflows";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DBuf<float> b(std::vector<float>(16, 2.5f));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const float* p = b.data();
+  EXPECT_EXIT(
+      {
+        volatile float v = p[3];  // the planted host read
+        (void)v;
+        std::exit(0);
+      },
+      ::testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EQ(b.download(), std::vector<float>(16, 2.5f));
+#endif
+}
 
 // Row-major views inside wider arrays, as the models use them (q, k, v inside qkv [rows, 3d]):
 // every leading dimension larger than the view's width, M, N and K all different; C's padding

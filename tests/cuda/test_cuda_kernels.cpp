@@ -967,52 +967,30 @@ std::vector<uint16_t> bf16_of(const std::vector<float>& dx) {
 const NormCase kNormCases[] = {{1, 8, 0},   {37, 48, 1}, {300, 64, 1}, {600, 40, 0},
                                {64, 96, 2}, {0, 16, 0},  {513, 33, 1}};
 // The row kernels also over groups a lane holds 2 to 32 values of, groups of more than 1024 (read
-// again, not held), and more rows than the backward has warps (each warp sums several rows); the
-// held backward (groups of 128 to 1024 in steps of 128) over 1 to 8 vectors a lane, also with
-// more rows than its warps.
+// again, not held), and more rows than the backward has warps (each warp sums several rows).
 const NormCase kRowCases[] = {{1, 8, 0},    {37, 48, 1},   {300, 64, 1}, {600, 40, 0},
                               {64, 96, 2},  {0, 16, 0},    {513, 33, 1}, {37, 768, 1},
                               {20, 1024, 0}, {9, 1100, 1}, {1030, 160, 1}, {2000, 128, 1}};
 
-// A kernel choice for a scope, then the one in use again (the environment's, for the tests after
-// them): the row norms' backward kernel (RowBackward) and the column passes' block order
-// (ColumnOrder); the tests below run under each.
-template <class Kind, Kind (*Get)(), void (*Set)(Kind)>
-struct KernelChoiceScope {
-  Kind before = Get();
-  explicit KernelChoiceScope(Kind kind) { Set(kind); }
-  ~KernelChoiceScope() { Set(before); }
-};
-using RowBackwardKind =
-    KernelChoiceScope<cuda::RowBackward, cuda::row_backward, cuda::set_row_backward>;
-using ColumnOrderKind =
-    KernelChoiceScope<cuda::ColumnOrder, cuda::column_order, cuda::set_column_order>;
-const cuda::RowBackward kRowBackwards[] = {cuda::RowBackward::staged, cuda::RowBackward::held};
-const cuda::ColumnOrder kColumnOrders[] = {cuda::ColumnOrder::strips, cuda::ColumnOrder::bands};
-// f(case) for every norm case under each column order.
+// f(case) for every norm case.
 template <class F>
 void for_column_cases(F&& f) {
-  for (const cuda::ColumnOrder order : kColumnOrders)
-    for (const NormCase& c : kNormCases) {
-      const ColumnOrderKind in_order(order);
-      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " masking " +
-                   std::to_string(c.masking) +
-                   (order == cuda::ColumnOrder::bands ? " bands" : " strips"));
-      f(c);
-    }
+  for (const NormCase& c : kNormCases) {
+    SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " masking " +
+                 std::to_string(c.masking));
+    f(c);
+  }
 }
-// f(case, G) for every row case and group count 1, 2, 4 that divides d, under each backward.
+// f(case, G) for every row case and group count 1, 2, 4 that divides d.
 template <class F>
 void for_row_cases(F&& f) {
-  for (const cuda::RowBackward kind : kRowBackwards)
-    for (const NormCase& c : kRowCases)
-      for (int G : {1, 2, 4}) {
-        if (c.d % G) continue;
-        const RowBackwardKind backward(kind);
-        SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
-                     std::to_string(G) + (kind == cuda::RowBackward::held ? " held" : " staged"));
-        f(c, G);
-      }
+  for (const NormCase& c : kRowCases)
+    for (int G : {1, 2, 4}) {
+      if (c.d % G) continue;
+      SCOPED_TRACE("rows " + std::to_string(c.rows) + " d " + std::to_string(c.d) + " G " +
+                   std::to_string(G));
+      f(c, G);
+    }
 }
 
 TEST(CudaNormKernels, ColumnStatsAndDot) {
@@ -1250,10 +1228,6 @@ TEST(CudaNormKernels, ResidualLayerNormIsTheAddThenTheNorm) {
   }
 }
 
-// The fused passes of the batch-type norms are their parts to the bit: column_stats_affine is
-// dropout_add, column_stats and column_affine (with and without the residual add, with dropout,
-// in fp32 and bf16 outputs); column_backward_dot is column_dot and column_norm_backward (dx set
-// and added); column_affine under a device `when` of 0 writes nothing.
 // The inputs of the column passes' tests, on the host and the device: a, b, dy (rows x d),
 // gamma, beta, a row mask, a dropout mask that drops every `drop`-th value, and per-column shift,
 // scale and nu.
@@ -1284,145 +1258,74 @@ struct ColumnInputs {
   }
 };
 
-// Every column pass gives the same bits in either block order (the blocks and their sums are
-// the same; only the order they are handed out in differs), over more chunks than column tiles
-// and a partial tile: the fused statistics and map with the residual add and dropout, the map
-// alone, the backward with and without its sums, and a bias gradient.
-TEST(CudaNormKernels, ColumnOrdersGiveTheSameBits) {
+// The fused passes of the batch-type norms are their parts to the bit: column_stats_affine is
+// dropout_add, column_stats and column_affine (with and without the residual add, with dropout,
+// in fp32 and bf16 outputs); column_backward_dot is column_dot and column_norm_backward (dx set
+// and added); column_affine under a device `when` of 0 writes nothing.
+TEST(CudaNormKernels, FusedPassesAreTheirParts) {
   PN_REQUIRE_GPU();
-  const int rows = 2100, d = 200;  // 9 row chunks, 7 column tiles
+  const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
   const size_t n = size_t(rows) * d;
-  ColumnInputs in(rows, d, 140, 7);
+  ColumnInputs in(rows, d, 130, 5);
   auto &da = in.da, &db = in.db, &ddy = in.ddy, &dgm = in.dgm, &dbt = in.dbt;
   auto &dmask = in.dmask, &dkeep = in.dkeep;
   auto &dshift = in.dshift, &dscale = in.dscale, &dnu = in.dnu;
-  const auto &b = in.b, &dy = in.dy;
-  const auto& mask = in.mask;
-  struct Out {
-    std::vector<float> x, y, dx_set, dx_added, dx_dot, bias;
-    std::vector<uint16_t> y16;
-    std::vector<double> stats, sums;
-  };
-  const auto run = [&](cuda::ColumnOrder order) {
-    const ColumnOrderKind in_order(order);
-    // outputs filled first, so that a block left out shows (device memory freed by the other
-    // order's run comes back with its values)
-    const std::vector<float> unset(n, -7.f);
-    DBuf<float> x(unset), y(unset), dx(unset), dx_added(b), dx_dot(b);
-    DBuf<float> bias(std::vector<float>(d, 0.5f));
-    DBuf<uint16_t> y16(std::vector<uint16_t>(n, 0xffff));
-    DBuf<double> st(std::vector<double>(1 + 2 * size_t(d), -7.0));
-    DBuf<double> sums(std::vector<double>(2 * size_t(d), -7.0));
-    cuda::column_stats_affine(da.data(), db.data(), dkeep.data(), 0.1f, x.data(), dmask.data(),
-                              rows, d, dshift.data(), st.data(), st.data() + 1,
-                              st.data() + 1 + d, dscale.data(), dgm.data(), dbt.data(), nullptr,
-                              y16.data(), kStream);
-    cuda::column_affine(x.data(), rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
-                        y.data(), nullptr, nullptr, kStream);
-    cuda::column_norm_backward(x.data(), ddy.data(), dmask.data(), rows, d, dshift.data(),
-                               dscale.data(), dgm.data(), dnu.data(), dnu.data(), dx.data(),
-                               false, nullptr, kStream);
-    cuda::column_norm_backward(x.data(), ddy.data(), dmask.data(), rows, d, dshift.data(),
-                               dscale.data(), dgm.data(), dnu.data(), dnu.data(),
-                               dx_added.data(), true, nullptr, kStream);
-    cuda::column_backward_dot(x.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
-                              dgm.data(), dnu.data(), dx_dot.data(), true, nullptr, sums.data(),
-                              sums.data() + d, kStream);
-    cuda::bias_grad(ddy.data(), rows, d, bias.data(), kStream);
-    return Out{x.download(),  y.download(),   dx.download(),   dx_added.download(),
-               dx_dot.download(), bias.download(), y16.download(), st.download(),
-               sums.download()};
-  };
-  // bands first: a chunk whose partial sums it left out would otherwise find strips' in the
-  // scratch memory the passes share
-  const Out bands = run(cuda::ColumnOrder::bands), strips = run(cuda::ColumnOrder::strips);
-  expect_equal("x", bands.x, strips.x);
-  expect_equal("y", bands.y, strips.y);
-  expect_equal("y in bf16", bands.y16, strips.y16);
-  expect_equal("statistics", bands.stats, strips.stats);
-  expect_equal("dx", bands.dx_set, strips.dx_set);
-  expect_equal("dx added", bands.dx_added, strips.dx_added);
-  expect_equal("dx with its sums", bands.dx_dot, strips.dx_dot);
-  expect_equal("the sums", bands.sums, strips.sums);
-  expect_equal("bias gradient", bands.bias, strips.bias);
-  // and the sums are the CPU's, to the summation order
-  std::vector<double> sa(d), sab(d);
-  k::column_dot<float>(dy.data(), strips.x.data(), mask.data(), rows, d, nullptr, sa.data(),
-                       sab.data());
-  const std::vector<double> sum_dy(bands.sums.begin(), bands.sums.begin() + d),
-      sum_dy_x(bands.sums.begin() + d, bands.sums.end());
-  expect_close("sum dy", sum_dy, sa, 1e-12, 1e-9);
-  expect_close("sum dy x", sum_dy_x, sab, 1e-12, 1e-9);
-}
-
-TEST(CudaNormKernels, FusedPassesAreTheirParts) {
-  PN_REQUIRE_GPU();
-  for (const cuda::ColumnOrder order : kColumnOrders) {
-    const ColumnOrderKind in_order(order);
-    SCOPED_TRACE(order == cuda::ColumnOrder::bands ? "bands" : "strips");
-    const int rows = 600, d = 72;  // 3 row chunks, a partial column tile
-    const size_t n = size_t(rows) * d;
-    ColumnInputs in(rows, d, 130, 5);
-    auto &da = in.da, &db = in.db, &ddy = in.ddy, &dgm = in.dgm, &dbt = in.dbt;
-    auto &dmask = in.dmask, &dkeep = in.dkeep;
-    auto &dshift = in.dshift, &dscale = in.dscale, &dnu = in.dnu;
-    const auto& b = in.b;
-    const float p = 0.2f;
-    for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
-      SCOPED_TRACE("form " + std::to_string(form));
-      const float* rb = form ? db.data() : nullptr;
-      const uint8_t* rk = form == 2 ? dkeep.data() : nullptr;
-      DBuf<float> x1(n), x2(n), y1(n), y2(n);
-      DBuf<uint16_t> h1(n), h2(n);
-      DBuf<double> st1(1 + 2 * size_t(d)), st2(1 + 2 * size_t(d));
-      // The fused pass.
-      cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
-                                dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
-                                dscale.data(), dgm.data(), dbt.data(), y1.data(), nullptr, kStream);
-      cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
-                                dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
-                                dscale.data(), dgm.data(), dbt.data(), nullptr, h1.data(), kStream);
-      // Its parts.
-      const float* x = da.data();
-      if (form) {
-        cuda::dropout_add(da.data(), db.data(), rk, p, n, x2.data(), kStream);
-        x = x2.data();
-      }
-      cuda::column_stats(x, dmask.data(), rows, d, dshift.data(), st2.data(), st2.data() + 1,
-                         st2.data() + 1 + d, kStream);
-      cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
-                          y2.data(), nullptr, nullptr, kStream);
-      cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(), nullptr,
-                          h2.data(), nullptr, kStream);
-      if (form) expect_equal("x", x1.download(), x2.download());
-      expect_equal("statistics", st1.download(), st2.download());
-      expect_equal("y", y1.download(), y2.download());
-      expect_equal("y in bf16", h1.download(), h2.download());
+  const auto& b = in.b;
+  const float p = 0.2f;
+  for (int form = 0; form < 3; ++form) {  // plain, residual, residual with dropout
+    SCOPED_TRACE("form " + std::to_string(form));
+    const float* rb = form ? db.data() : nullptr;
+    const uint8_t* rk = form == 2 ? dkeep.data() : nullptr;
+    DBuf<float> x1(n), x2(n), y1(n), y2(n);
+    DBuf<uint16_t> h1(n), h2(n);
+    DBuf<double> st1(1 + 2 * size_t(d)), st2(1 + 2 * size_t(d));
+    // The fused pass.
+    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                              dscale.data(), dgm.data(), dbt.data(), y1.data(), nullptr, kStream);
+    cuda::column_stats_affine(da.data(), rb, rk, p, x1.data(), dmask.data(), rows, d,
+                              dshift.data(), st1.data(), st1.data() + 1, st1.data() + 1 + d,
+                              dscale.data(), dgm.data(), dbt.data(), nullptr, h1.data(), kStream);
+    // Its parts.
+    const float* x = da.data();
+    if (form) {
+      cuda::dropout_add(da.data(), db.data(), rk, p, n, x2.data(), kStream);
+      x = x2.data();
     }
-    // column_affine under when = 0 leaves y, under when = 1 writes it.
-    DBuf<double> off(std::vector<double>{0.0}), on(std::vector<double>{1.0});
-    DBuf<float> y(std::vector<float>(n, 7.f));
-    cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
-                        y.data(), nullptr, off.data(), kStream);
-    expect_equal("y under when = 0", y.download(), std::vector<float>(n, 7.f));
-    cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
-                        y.data(), nullptr, on.data(), kStream);
-    EXPECT_NE(y.download()[0], 7.f) << "column_affine under when = 1 wrote nothing";
-    for (int add = 0; add < 2; ++add) {
-      SCOPED_TRACE(add ? "dx added" : "dx set");
-      DBuf<float> dx1(b), dx2(b);
-      DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
-      cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
-                                dgm.data(), dnu.data(), dx1.data(), add, nullptr, s1.data(),
-                                s1.data() + d, kStream);
-      cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
-                       s2.data() + d, kStream);
-      cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
-                                 dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
-                                 nullptr, kStream);
-      expect_equal("sums", s1.download(), s2.download());
-      expect_equal("dx", dx1.download(), dx2.download());
-    }
+    cuda::column_stats(x, dmask.data(), rows, d, dshift.data(), st2.data(), st2.data() + 1,
+                       st2.data() + 1 + d, kStream);
+    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(),
+                        y2.data(), nullptr, nullptr, kStream);
+    cuda::column_affine(x, rows, d, dshift.data(), dscale.data(), dgm.data(), dbt.data(), nullptr,
+                        h2.data(), nullptr, kStream);
+    if (form) expect_equal("x", x1.download(), x2.download());
+    expect_equal("statistics", st1.download(), st2.download());
+    expect_equal("y", y1.download(), y2.download());
+    expect_equal("y in bf16", h1.download(), h2.download());
+  }
+  // column_affine under when = 0 leaves y, under when = 1 writes it.
+  DBuf<double> off(std::vector<double>{0.0}), on(std::vector<double>{1.0});
+  DBuf<float> y(std::vector<float>(n, 7.f));
+  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                      y.data(), nullptr, off.data(), kStream);
+  expect_equal("y under when = 0", y.download(), std::vector<float>(n, 7.f));
+  cuda::column_affine(da.data(), rows, d, nullptr, dscale.data(), dgm.data(), dbt.data(),
+                      y.data(), nullptr, on.data(), kStream);
+  EXPECT_NE(y.download()[0], 7.f) << "column_affine under when = 1 wrote nothing";
+  for (int add = 0; add < 2; ++add) {
+    SCOPED_TRACE(add ? "dx added" : "dx set");
+    DBuf<float> dx1(b), dx2(b);
+    DBuf<double> s1(2 * size_t(d)), s2(2 * size_t(d));
+    cuda::column_backward_dot(da.data(), ddy.data(), dmask.data(), rows, d, dscale.data(),
+                              dgm.data(), dnu.data(), dx1.data(), add, nullptr, s1.data(),
+                              s1.data() + d, kStream);
+    cuda::column_dot(ddy.data(), da.data(), dmask.data(), rows, d, nullptr, s2.data(),
+                     s2.data() + d, kStream);
+    cuda::column_norm_backward(da.data(), ddy.data(), dmask.data(), rows, d, nullptr,
+                               dscale.data(), dgm.data(), nullptr, dnu.data(), dx2.data(), add,
+                               nullptr, kStream);
+    expect_equal("sums", s1.download(), s2.download());
+    expect_equal("dx", dx1.download(), dx2.download());
   }
 }
 

@@ -3,7 +3,7 @@
 // with the local twin and --max-tokens 2B (contract §4: the same statistics batches, each
 // group's rows being one rank's share there); a checkpoint written in groups resumes bit for
 // bit, the consistency check comparing norm state within groups only; a group size that does
-// not divide the world is refused; the stand-in device equals the CPU bit for bit.
+// not divide the world is refused (on a GPU: tests/cuda/mpi_nccl_main.cpp).
 #include <glog/logging.h>
 #include <gtest/gtest.h>
 
@@ -145,28 +145,6 @@ TEST(SyncGroups, GroupSizeThatDoesNotDivideTheWorldIsRefused) {
     const std::string m = e.what();
     EXPECT_NE(m.find("--sync-group-size 3"), std::string::npos) << m;
     EXPECT_NE(m.find("world size 4"), std::string::npos) << m;
-  }
-}
-
-TEST(SyncGroups, StandInDeviceEqualsTheCpuBitForBit) {
-  SKIP_UNLESS_FOUR_RANKS();
-  FLAGS_minloglevel = 1;
-  Communicator& w = test::world();
-  for (const char* norm : {"sync_batch", "sync_power"}) {
-    Options o = with_norm(norm);
-    o.max_tokens = 32;
-    o.sync_group_size = 2;
-    o.bucket_mb = 0.01;
-    std::vector<double> cpu, sim;
-    {
-      DeviceScope scope(Device::CPU);
-      cpu = Trainer(o, w, corpus()).train().losses;
-    }
-    {
-      DeviceScope scope(Device::Sim);
-      sim = Trainer(o, w, corpus()).train().losses;
-    }
-    EXPECT_EQ(sim, cpu) << norm << " on rank " << w.rank();
   }
 }
 
