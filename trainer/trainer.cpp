@@ -77,7 +77,7 @@ void Trainer::setup() {
   }
   if (!restore.empty()) restore_checkpoint(restore), last_checkpoint_ = restore;
   if (comm_.rank() == 0 && !opt_.metrics.empty()) open_metrics();
-  if (comm_.rank() == 0) log_model_summary(), log_statistics_batches();
+  if (comm_.rank() == 0) log_model_summary(), log_statistics_batches(), log_pn_warmup();
 }
 
 void Trainer::choose_probed_norms() {

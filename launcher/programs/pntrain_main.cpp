@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "kernels/device.h"
 #include "launcher/programs/log_format.h"
+#include "launcher/programs/threads.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/interrupt.h"
@@ -118,6 +119,7 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
                         {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
                         {"last_loss", r.last_loss}, {"checkpoint", r.checkpoint}};
     if (r.best_valid_nll >= 0) j["best_valid_loss"] = r.best_valid_nll;
+    if (r.ended_in_pn_warmup) j["pn_warmup"] = true;
     closing = j.dump();
     LOG(INFO) << closing;
   } else if (comm.rank() == 0) {
@@ -132,6 +134,12 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
     line << " | checkpoint " << (r.checkpoint.empty() ? "none" : r.checkpoint);
     closing = line.str();
     LOG(INFO) << closing;
+    if (r.ended_in_pn_warmup)
+      LOG(INFO) << "note: the run ended inside PN's warmup (update " << r.updates << " of its "
+                << r.pn_warmup_updates << "): its validation and the checkpoint's inference use "
+                << "the warmup's lagging running psi^2, not the model's; a larger --max-update "
+                << "or a smaller --pn-warmup (statistics batches; -2, the default, ends it by "
+                << "half of --max-update) leaves the warmup";
   }
   // A terminated mpirun holds its ranks' last lines until its grace is over, and `pn run` ends
   // it before: the launcher prints this one from the status file instead.
@@ -184,19 +192,21 @@ int main(int argc, char** argv) {
       if (!restore.empty()) {
         pn::take_checkpoint_flags(pn::checkpoint_flags(restore), restore, &opt);
         opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
+        // Samples the same at any rank count: the mean of the saved ranks' running norm state
+        // (what a restore at another rank count starts from), unless --pn-eval-state is given.
+        if (opt.sample > 0 && !opt.given.count("pn-eval-state"))
+          opt.pn_eval_state = pn::EvalState::mean;
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
                                     "a --save-dir that holds one");
       }
       pn::validate_options(opt);
+      pn::resolve_pn_warmup(&opt);
       if (const std::string e = pn::sync_group_error(opt.sync_group_size, comm->size());
           !e.empty())
         throw std::invalid_argument(e);
       pn::set_log_format(opt.log_format == pn::LogFormat::glog);
       if (!opt.save_dir.empty() && !opt.eval_only) pn::check_writable_dir(opt.save_dir, comm->rank());
-      const int threads =
-          opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
-      pn::set_num_threads(threads);
       device = pn::resolve_device(opt.device, comm->rank() == 0);
       if (opt.arch == pn::Arch::transformer)
         parallel = pn::load_parallel_corpus(opt.data, opt.source_lang, opt.target_lang,
@@ -215,6 +225,9 @@ int main(int argc, char** argv) {
   }
   if (comm->rank() == 0)
     for (const std::string& note : opt.notes) LOG(WARNING) << note;
+  // The threads from this rank's share of its allocation (collective: after every rank is fine).
+  const pn::ThreadChoice threads = pn::choose_threads(opt.threads, *comm);
+  pn::set_num_threads(threads.threads, threads.source);
   // Everything the run allocates lives on the chosen device, on the stream of this scope (which
   // outlives the trainer). A GPU run's ranks talk through NCCL.
   std::unique_ptr<pn::DeviceScope> scope;
