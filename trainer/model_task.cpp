@@ -133,7 +133,18 @@ struct LmTask : ModelTask {
     // A split of n tokens gives n - 1 predictions (each token after the first), as validation
     // counts them.
     auto predicted = [](size_t n) { return n > 0 ? n - 1 : 0; };
-    LOG(INFO) << "corpus " << data.name << ": vocabulary " << data.vocab.size()
+    // The share of <unk>: the corpus's own, and the words a vocabulary limit cut.
+    auto unk = [](const TokenStream& t) {
+      int64_t n = 0;
+      for (int64_t i = 0; i < t.size(); ++i) n += t[i] == Vocabulary::kUnk;
+      return t.size() > 0 ? 100.0 * double(n) / double(t.size()) : 0.0;
+    };
+    const double unk_train = unk(data.train), unk_valid = unk(data.valid);
+    std::ostringstream unks;
+    if (unk_train > 0 || unk_valid > 0)
+      unks << std::fixed << std::setprecision(2) << " (<unk> " << unk_train << "% of train's "
+           << "tokens, " << unk_valid << "% of valid's)";
+    LOG(INFO) << "corpus " << data.name << ": vocabulary " << data.vocab.size() << unks.str()
               << ", predicted tokens train " << predicted(data.train.size()) << ", valid "
               << predicted(data.valid.size()) << ", test " << predicted(data.test.size());
     if (data.entropy_floor > 0)

@@ -585,9 +585,16 @@ void validate_options(const Options& o) {
          "--tokens-per-sample " + std::to_string(o.tokens_per_sample) +
          "): raise --max-tokens or lower --tokens-per-sample");
   if (o.update_freq < 1) fail("--update-freq must be at least 1");
-  if (o.pn_warmup < -2)
+  if (o.vocab_size < 0 || (o.vocab_size > 0 && o.vocab_size < 4) || o.vocab_min_count < 0)
+    fail("--vocab-size must be 0 (all words) or at least 4 (<pad>, <eos>, <unk> and a word), "
+         "--vocab-min-count at least 0");
+  if ((o.vocab_size > 0 || o.vocab_min_count > 0) &&
+      (o.arch == Arch::transformer || o.data == "builtin"))
+    fail("--vocab-size and --vocab-min-count build a text corpus's vocabulary: they take no "
+         "effect with --arch transformer or --data builtin; drop them");
+  if (o.pn_warmup < -1)
     fail("--pn-warmup " + std::to_string(o.pn_warmup) + " must be a number of statistics "
-         "batches (0: none), -1 (--warmup-updates') or -2 (that, at most half of --max-update)");
+         "batches (0: none) or -1 (--warmup-updates' batches)");
   // Whole samples per group, whole groups per rank: every rank then runs the same number of
   // groups, which synchronized norms need to meet in every collective.
   if (o.stats_batch_tokens < 0 ||
@@ -704,34 +711,19 @@ int64_t pn_batches_per_update(const Options& o) {
 }
 
 int64_t pn_warmup_batches(const Options& o) {
-  if (o.pn_warmup >= 0) return o.pn_warmup;
-  int64_t updates = o.warmup_updates;
-  if (o.pn_warmup == -2 && o.max_update > 0) updates = std::min<int64_t>(updates, o.max_update / 2);
-  return updates * pn_batches_per_update(o);
+  return o.pn_warmup >= 0 ? o.pn_warmup : int64_t(o.warmup_updates) * pn_batches_per_update(o);
 }
 
 int64_t pn_warmup_updates(const Options& o) {
   return pn_warmup_batches(o) / pn_batches_per_update(o);
 }
 
-void resolve_pn_warmup(Options* o) {
-  const int64_t chosen = o->pn_warmup;
-  if (chosen >= 0) {
-    o->pn_warmup_origin = "--pn-warmup " + std::to_string(chosen);
-    return;
-  }
-  if (chosen == -2) o->pn_warmup = pn_warmup_batches(*o);  // -1 does not depend on --max-update
-  const std::string per = pn_batches_per_update(*o) > 1
-                              ? " x " + std::to_string(pn_batches_per_update(*o)) +
-                                    " statistics batches per update"
-                              : "";
-  if (chosen == -2 && o->max_update > 0 && o->max_update / 2 < o->warmup_updates)
-    o->pn_warmup_origin = "half of --max-update " + std::to_string(o->max_update) + per +
-                          ", shorter than --warmup-updates " +
-                          std::to_string(o->warmup_updates) + "; --pn-warmup -1 gives that";
-  else
-    o->pn_warmup_origin = "--warmup-updates " + std::to_string(o->warmup_updates) + per +
-                          (chosen == -1 ? " (--pn-warmup -1)" : "");
+std::string pn_warmup_origin(const Options& o) {
+  if (o.pn_warmup >= 0) return "--pn-warmup " + std::to_string(o.pn_warmup);
+  return "--warmup-updates " + std::to_string(o.warmup_updates) +
+         (pn_batches_per_update(o) > 1
+              ? " x " + std::to_string(pn_batches_per_update(o)) + " statistics batches per update"
+              : std::string());
 }
 
 int sync_group_ranks(const Options& o, int world_size) {

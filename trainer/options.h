@@ -39,7 +39,6 @@ struct Options {
 #undef PN_FLAG
   std::set<std::string> given;    // flags given on the command line or in --config
   std::vector<std::string> notes; // messages of the parse for rank 0 to print (rounded values)
-  std::string pn_warmup_origin;   // how resolve_pn_warmup chose --pn-warmup, for the summary
 };
 
 // Parses argv (and --config FILE). Returns false with `help` filled for --help. Throws
@@ -82,15 +81,12 @@ NormOptions norm_options(const Options& o, const std::string& kind);
 int stats_groups_per_micro_step(const Options& o);
 // PN's statistics batches (its t) per update: --update-freq x the ghost groups.
 int64_t pn_batches_per_update(const Options& o);
-// PN's warmup W in statistics batches: --pn-warmup N; -1: --warmup-updates' batches; -2 (the
-// default): the same, but at most half of --max-update's, so that a short run ends on the
-// running statistic rather than inside the warmup.
+// PN's warmup W in statistics batches: --pn-warmup N, or (-1) --warmup-updates' batches.
 int64_t pn_warmup_batches(const Options& o);
 // The updates after which PN is still in its warmup (t <= W): floor(W / batches per update).
 int64_t pn_warmup_updates(const Options& o);
-// Fixes --pn-warmup -2 to its number of batches (which the checkpoint then stores, so that a
-// resume with another --max-update keeps it) and says how W was chosen in o->pn_warmup_origin.
-void resolve_pn_warmup(Options* o);
+// How W was chosen, in words for the startup summary.
+std::string pn_warmup_origin(const Options& o);
 // Ranks whose statistics a synchronized norm shares: --sync-group-size, or the world size.
 int sync_group_ranks(const Options& o, int world_size);
 // Tokens in one statistics batch of the place's norm ("self", "ff", "final"), on average:

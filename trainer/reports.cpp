@@ -95,6 +95,13 @@ void Trainer::log_pn_warmup() {
     if (is_pn(kind)) places[kind] += (places[kind].empty() ? "" : ", ") + place;
   if (places.empty()) return;
   const int64_t W = pn_warmup_batches(opt_), updates = pn_warmup_updates(opt_);
+  if (opt_.eval_only || opt_.sample > 0) {  // nothing trains: only whether the state is warm
+    if (in_pn_warmup(start_update_))
+      LOG(INFO) << "note: the checkpoint (update " << start_update_ << ") is inside PN's warmup "
+                << "of " << updates << " updates: its running psi^2 is the warmup's, which lags "
+                << "the model";
+    return;
+  }
   const bool ema = opt_.pn_variant == PnVariant::authors || opt_.pn_warmup_psi == PnWarmupPsi::ema;
   for (const auto& [kind, where] : places) {
     std::ostringstream line;
@@ -104,8 +111,7 @@ void Trainer::log_pn_warmup() {
               "from the first update";
     } else {
       line << updates << " updates (" << W << " statistics batches: "
-           << (opt_.pn_warmup_origin.empty() ? "--pn-warmup " + std::to_string(W)
-                                             : opt_.pn_warmup_origin)
+           << pn_warmup_origin(opt_)
            << "); during it training divides by each batch's own psi_B^2, while validation, "
               "--eval-only, --sample and export use the running psi^2: "
            << (ema ? "the EMA of the batches' psi_B^2 (--pn-alpha-fwd)"

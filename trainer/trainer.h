@@ -48,6 +48,7 @@ struct TrainResult {
   std::string checkpoint;          // the newest checkpoint on disk ("" when none)
   bool ended_in_pn_warmup = false; // PN layers still in their warmup after the last update
   int64_t pn_warmup_updates = 0;   // that warmup, in updates
+  int64_t pn_warmup_shorter = 0;   // a --pn-warmup that would end it a fifth into the run
 };
 
 // An error every rank raises at the same point with the same message (a NaN loss after the

@@ -78,6 +78,8 @@ TrainResult Trainer::train() {
   run.result.checkpoint = last_checkpoint_;
   run.result.ended_in_pn_warmup = in_pn_warmup(std::max(run.result.updates, start_update_));
   run.result.pn_warmup_updates = pn_warmup_updates(opt_);
+  run.result.pn_warmup_shorter =
+      std::max<int64_t>(1, run.result.update_limit / 5) * pn_batches_per_update(opt_);
   return run.result;
 }
 

@@ -131,15 +131,20 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
     if (r.best_valid_nll >= 0)
       line << " | best valid loss " << r.best_valid_nll << " ppl " << std::setprecision(2)
            << std::exp(r.best_valid_nll);
-    line << " | checkpoint " << (r.checkpoint.empty() ? "none" : r.checkpoint);
+    line << " | checkpoint "
+         << (r.checkpoint.empty() ? (opt.save_dir.empty() ? "none (--save-dir DIR saves one)"
+                                                          : "none")
+                                  : r.checkpoint)
+         << " | metrics "
+         << (opt.metrics.empty() ? "none (--metrics FILE.jsonl writes them)" : opt.metrics);
     closing = line.str();
     LOG(INFO) << closing;
     if (r.ended_in_pn_warmup)
       LOG(INFO) << "note: the run ended inside PN's warmup (update " << r.updates << " of its "
                 << r.pn_warmup_updates << "): its validation and the checkpoint's inference use "
-                << "the warmup's lagging running psi^2, not the model's; a larger --max-update "
-                << "or a smaller --pn-warmup (statistics batches; -2, the default, ends it by "
-                << "half of --max-update) leaves the warmup";
+                << "the warmup's lagging running psi^2, not the model's: --pn-warmup "
+                << r.pn_warmup_shorter << " (statistics batches: a fifth of this run) or a "
+                << "--max-update above " << r.pn_warmup_updates << " ends it inside the run";
   }
   // A terminated mpirun holds its ranks' last lines until its grace is over, and `pn run` ends
   // it before: the launcher prints this one from the status file instead.
@@ -201,7 +206,6 @@ int main(int argc, char** argv) {
                                     "a --save-dir that holds one");
       }
       pn::validate_options(opt);
-      pn::resolve_pn_warmup(&opt);
       if (const std::string e = pn::sync_group_error(opt.sync_group_size, comm->size());
           !e.empty())
         throw std::invalid_argument(e);
@@ -213,7 +217,9 @@ int main(int argc, char** argv) {
                                             opt.share_all_embeddings, opt.train_subset,
                                             opt.valid_subset, opt.gen_subset);
       else
-        corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
+        corpus = opt.data == "builtin"
+                     ? pn::builtin_corpus()
+                     : pn::load_corpus(opt.data, {opt.vocab_size, opt.vocab_min_count});
     }
   } catch (const std::exception& e) {
     error = e.what();

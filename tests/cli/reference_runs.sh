@@ -29,7 +29,7 @@ compare="$root/tests/cli/reference_compare.py"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMP_NUM_THREADS=1
 common=(--max-update 6 --update-freq 2 --max-tokens 128 --dropout 0.1 --seed 3 --lr 3e-3
-        --warmup-updates 2 --pn-warmup -1 --validate-interval-updates 3 --save-interval-updates 3
+        --warmup-updates 2 --validate-interval-updates 3 --save-interval-updates 3
         --log-interval 1 --threads 1)
 lm=(--decoder-layers 1 --decoder-embed-dim 32 --decoder-attention-heads 2
     --decoder-ffn-embed-dim 64 --tokens-per-sample 32 --norm-self power --norm-ff sync_batch
