@@ -90,6 +90,19 @@ if grep -q "Built target" <<<"$out" || ! grep -q "^pn run: build: pntrain up to 
   fail "pn run's build is not one line"; grep -m3 "build\|Built" <<<"$out"
 fi
 
+# pn run's setup (every package missing, apt-get and sudo stand-ins): it names what it
+# installs and how, and leaves the tests' optional packages to pn test.
+mkdir -p "$tmp/fake"
+printf '#!/bin/sh\nexit 1\n' >"$tmp/fake/dpkg-query"
+printf '#!/bin/sh\necho "apt-get $*" >>"%s"\n' "$tmp/apt.log" >"$tmp/fake/apt-get"
+printf '#!/bin/sh\nexec "$@"\n' >"$tmp/fake/sudo"
+chmod +x "$tmp/fake/"*
+out=$(PATH="$tmp/fake:$PATH" PN_SKIP_SETUP=0 timeout 300 "$pn" run -- "${small[@]}" --threads 1 --max-update 1 2>&1)
+if ! grep -q "^pn setup: installing cmake .* with \(sudo \)\?apt-get" <<<"$out" ||
+   grep -q "python3-torch\|slurm-wlm" "$tmp/apt.log" || ! grep -q "install .*libopenmpi-dev" "$tmp/apt.log"; then
+  fail "pn run's setup: $(grep 'pn setup' <<<"$out"); apt-get: $(tr '\n' ';' <"$tmp/apt.log")"
+else ok "$(grep '^pn setup' <<<"$out" | cut -c1-100)..."; fi
+
 # 5. --vocab-size and --vocab-min-count on a corpus of known counts (a 9, b 7, c 5, d 3, e 1),
 #    kept by a checkpoint saved by 2 ranks and evaluated at 1.
 mkdir -p "$tmp/corpus"
