@@ -80,7 +80,8 @@ int cgroup_cpu_limit() {
         take(tightest(mount, path == "/" ? "" : path, [](const std::string& d) {
           const std::string q = read_first_line(d + "/cpu.cfs_quota_us");
           const std::string p = read_first_line(d + "/cpu.cfs_period_us");
-          return q.empty() || p.empty() ? 0 : quota_cpus(std::atof(q.c_str()), std::atof(p.c_str()));
+          return q.empty() || p.empty() ? 0
+                                        : quota_cpus(std::atof(q.c_str()), std::atof(p.c_str()));
         }));
     }
   }
