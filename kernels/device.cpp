@@ -496,6 +496,13 @@ std::string nvidia_module_version() {
 }  // namespace
 #endif
 
+namespace {
+std::string& thread_source() {  // where set_num_threads' count came from ("" : not said)
+  static std::string source;
+  return source;
+}
+}  // namespace
+
 std::string device_summary() {
   const Context& c = current_context();
   // bf16 off a GPU is either the CPU's bf16 instructions or only bf16's numerics: say which.
@@ -508,8 +515,12 @@ std::string device_summary() {
                      " set: it chose " + fallback + "'s on this CPU)"
                : "";
   if (c.device == Device::CPU)
-    return "cpu (" + std::to_string(num_threads()) + " threads of " +
-           std::to_string(hardware_cores()) + " cores)" + blas + bf16_off_gpu;
+    return "cpu (" + std::to_string(num_threads()) +
+           (thread_source().empty()
+                ? " threads of " + std::to_string(hardware_cores()) + " cores"
+                : (num_threads() == 1 ? " thread: " : " threads: ") + thread_source() + "; " +
+                      std::to_string(hardware_cores()) + " cores online") +
+           ")" + blas + bf16_off_gpu;
 #ifdef PN_HAVE_CUDA
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, c.cuda_device));
@@ -597,8 +608,9 @@ std::string& error_context_storage() {
 void set_error_context(const std::string& who) { error_context_storage() = who; }
 const std::string& error_context() { return error_context_storage(); }
 
-void set_num_threads(int n) {
+void set_num_threads(int n, const std::string& source) {
   if (n < 1) n = 1;
+  thread_source() = source;
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
 }

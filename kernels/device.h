@@ -158,7 +158,8 @@ Device resolve_device(const std::string& name, bool say);
 void set_error_context(const std::string& who);
 const std::string& error_context();
 // Threads for this rank's OpenMP loops and GEMMs.
-void set_num_threads(int n);
+// `source`: where n came from (the allocation, an environment variable), for device_summary.
+void set_num_threads(int n, const std::string& source = "");
 int num_threads();
 int hardware_cores();
 

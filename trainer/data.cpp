@@ -97,7 +97,8 @@ fs::path find_split(const fs::path& dir, const std::string& split) {
 }  // namespace
 
 Corpus corpus_from_text(const std::string& name, const std::string& train,
-                        const std::string& valid, const std::string& test) {
+                        const std::string& valid, const std::string& test,
+                        const VocabLimits& limits) {
   Corpus c;
   c.name = name;
   const auto train_lines = split_lines(train);
@@ -111,7 +112,11 @@ Corpus corpus_from_text(const std::string& name, const std::string& train,
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   c.vocab.words = {"<pad>", "<eos>", "<unk>"};
-  for (const auto& [w, n] : sorted) c.vocab.words.push_back(w);
+  for (const auto& [w, n] : sorted) {
+    if (limits.size > 0 && c.vocab.size() >= limits.size) break;
+    if (n < limits.min_count) break;  // sorted by falling count
+    c.vocab.words.push_back(w);
+  }
   for (size_t i = 0; i < c.vocab.words.size(); ++i) c.vocab.index[c.vocab.words[i]] = int32_t(i);
   c.train = encode(train_lines, c.vocab);
   c.valid = encode(split_lines(valid), c.vocab);
@@ -119,13 +124,20 @@ Corpus corpus_from_text(const std::string& name, const std::string& train,
   return c;
 }
 
-Corpus load_corpus(const std::string& dir_name) {
+Corpus load_corpus(const std::string& dir_name, const VocabLimits& limits) {
   const fs::path dir(dir_name);
   if (!fs::is_directory(dir))
     throw std::runtime_error("data directory '" + dir_name +
                              "' does not exist: pass --data DIR holding train.txt, valid.txt and "
                              "test.txt (or ptb.*.txt / wiki.*.tokens), or --data builtin");
-  if (is_fairseq_lm_dir(dir_name)) return load_fairseq_corpus(dir_name);
+  if (is_fairseq_lm_dir(dir_name)) {
+    if (limits.size > 0 || limits.min_count > 0)
+      throw std::runtime_error("--vocab-size and --vocab-min-count build a text corpus's "
+                               "vocabulary; '" + dir_name + "' is a fairseq data-bin with its "
+                               "own dict.txt: drop them (fairseq-preprocess --nwordssrc and "
+                               "--thresholdsrc set its vocabulary)");
+    return load_fairseq_corpus(dir_name);
+  }
   std::string text[3];
   const char* splits[3] = {"train", "valid", "test"};
   for (int i = 0; i < 3; ++i) {
@@ -139,7 +151,7 @@ Corpus load_corpus(const std::string& dir_name) {
       throw std::runtime_error("'" + p.string() + "' holds no tokens: give a non-empty " +
                                splits[i] + " file");
   }
-  return corpus_from_text(dir_name, text[0], text[1], text[2]);
+  return corpus_from_text(dir_name, text[0], text[1], text[2], limits);
 }
 
 namespace {

@@ -63,6 +63,13 @@ class TokenStream {
   bool signed_ = true, fairseq_ = false;
 };
 
+// What a text corpus's vocabulary keeps of train's words (--vocab-size, --vocab-min-count):
+// words by falling count (ties in byte order, so every rank builds the same one), at most `size`
+// entries with the three special ones, each seen at least `min_count` times; 0: no limit.
+struct VocabLimits {
+  int size = 0, min_count = 0;
+};
+
 struct Corpus {
   std::string name;  // directory or "builtin"
   Vocabulary vocab;
@@ -73,12 +80,13 @@ struct Corpus {
 // Reads DIR/{train,valid,test}.txt (or ptb.*.txt, wiki.*.tokens), or fairseq-preprocess output
 // (dict.txt and {train,valid,test}.{bin,idx}, trainer/fairseq_data.h) when DIR holds it.
 // Throws std::runtime_error naming the missing or empty file and the fix.
-Corpus load_corpus(const std::string& dir);
+Corpus load_corpus(const std::string& dir, const VocabLimits& limits = {});
 // The embedded corpus: text from a fixed second-order Markov source, so its entropy is known.
 Corpus builtin_corpus();
 // Builds a corpus from in-memory text (one sentence per line), the vocabulary from train.
 Corpus corpus_from_text(const std::string& name, const std::string& train,
-                        const std::string& valid, const std::string& test);
+                        const std::string& valid, const std::string& test,
+                        const VocabLimits& limits = {});
 
 // Samples of one token stream: sample s covers inputs stream[s*T, s*T+T) and targets shifted
 // by one. With `keep_tail` the last, shorter sample is kept and padded (masked).

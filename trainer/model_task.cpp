@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <iomanip>
+#include <sstream>
 #include <stdexcept>
 
 #include "trainer/trainer.h"
@@ -61,6 +62,13 @@ TranslationConfig translation_config(const Options& o, int src_vocab, int tgt_vo
 }
 
 namespace {
+// A number as a stream writes it by default ("0.2", "0").
+std::string format_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 
 // --arch transformer_lm: a Corpus and a LanguageModel; a micro-batch holds whole samples.
 struct LmTask : ModelTask {
@@ -120,19 +128,33 @@ struct LmTask : ModelTask {
   double backward_s() const override { return model->backward_s; }
   EvalResult validate(Trainer& trainer) override { return trainer.evaluate(data.valid); }
 
-  void log_summary() const override {
+  void log_summary(bool training) const override {
     const auto& c = model->config;
-    LOG(INFO) << "corpus " << data.name << ": vocabulary " << data.vocab.size()
-              << ", train " << data.train.size() << " tokens, valid " << data.valid.size()
-              << ", test " << data.test.size();
+    // A split of n tokens gives n - 1 predictions (each token after the first), as validation
+    // counts them.
+    auto predicted = [](size_t n) { return n > 0 ? n - 1 : 0; };
+    // The share of <unk>: the corpus's own, and the words a vocabulary limit cut.
+    auto unk = [](const TokenStream& t) {
+      int64_t n = 0;
+      for (int64_t i = 0; i < t.size(); ++i) n += t[i] == Vocabulary::kUnk;
+      return t.size() > 0 ? 100.0 * double(n) / double(t.size()) : 0.0;
+    };
+    const double unk_train = unk(data.train), unk_valid = unk(data.valid);
+    std::ostringstream unks;
+    if (unk_train > 0 || unk_valid > 0)
+      unks << std::fixed << std::setprecision(2) << " (<unk> " << unk_train << "% of train's "
+           << "tokens, " << unk_valid << "% of valid's)";
+    LOG(INFO) << "corpus " << data.name << ": vocabulary " << data.vocab.size() << unks.str()
+              << ", predicted tokens train " << predicted(data.train.size()) << ", valid "
+              << predicted(data.valid.size()) << ", test " << predicted(data.test.size());
     if (data.entropy_floor > 0)
       LOG(INFO) << "builtin corpus entropy floor on valid: " << std::fixed << std::setprecision(3)
                 << data.entropy_floor << " nats/token (ppl " << std::exp(data.entropy_floor)
                 << ")";
     LOG(INFO) << "model: " << c.layers << " layers, d " << c.dim << ", " << c.heads
               << " heads, ffn " << c.ffn_dim << ", norms self=" << c.norm_self.kind
-              << " ff=" << c.norm_ff.kind << " final=" << c.norm_final.kind << ", dropout "
-              << c.dropout;
+              << " ff=" << c.norm_ff.kind << " final=" << c.norm_final.kind
+              << (training ? ", dropout " + format_number(c.dropout) : std::string());
   }
   std::vector<std::pair<std::string, std::string>> norm_places(const Options& o) const override {
     return {{"self", o.norm_self}, {"ff", o.norm_ff}, {"final", o.norm_final}};
@@ -191,7 +213,7 @@ struct TranslationTask : ModelTask {
   double backward_s() const override { return model->backward_s; }
   EvalResult validate(Trainer& trainer) override { return trainer.evaluate(data.valid); }
 
-  void log_summary() const override {
+  void log_summary(bool training) const override {
     const auto& c = model->config;
     const ParallelCorpus& p = data;
     LOG(INFO) << "parallel corpus " << p.name << " (" << p.source_lang << " -> " << p.target_lang
@@ -205,7 +227,10 @@ struct TranslationTask : ModelTask {
               << " layers (" << c.decoder_heads << " heads, ffn " << c.decoder_ffn_dim
               << ", norms self=" << c.dec_norm_self.kind << " cross=" << c.dec_norm_cross.kind
               << " ff=" << c.dec_norm_ff.kind << " final=" << c.dec_norm_final.kind
-              << "), dropout " << c.dropout << ", attention dropout " << c.attention_dropout
+              << ")"
+              << (training ? ", dropout " + format_number(c.dropout) + ", attention dropout " +
+                                 format_number(c.attention_dropout)
+                           : std::string())
               << (c.share_all_embeddings ? ", shared embeddings" : "");
   }
   std::vector<std::pair<std::string, std::string>> norm_places(const Options& o) const override {

@@ -47,7 +47,8 @@ struct ModelTask {
   virtual double backward_s() const = 0;
   virtual EvalResult validate(Trainer& trainer) = 0;
   // The startup lines of the corpus and the model.
-  virtual void log_summary() const = 0;
+  // `training`: also what only training uses (dropout); not for --eval-only and --sample.
+  virtual void log_summary(bool training) const = 0;
   // Each norm place with its kind, for the statistics batch line; padded: batches hold padding.
   virtual std::vector<std::pair<std::string, std::string>> norm_places(const Options& o) const = 0;
   virtual bool padded() const = 0;

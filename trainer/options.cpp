@@ -368,8 +368,20 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
         keep_last_of_repeated(&in_file, " in '" + path + "'", &o.notes);
         po::store(in_file, vm);  // the command line wins: store keeps the first value
       } catch (const po::unknown_option& e) {
-        throw std::invalid_argument("in config file '" + path + "': " +
-                                    unknown_flag_message(e.get_option_name()));
+        // The line of the unknown key, for the message (boost names the key, not its line).
+        std::ifstream again(path);
+        int number = 0, at = 0;
+        for (std::string line; std::getline(again, line) && at == 0;) {
+          ++number;
+          const std::string key = line.substr(0, line.find('='));
+          const size_t b = key.find_first_not_of(" \t"), e2 = key.find_last_not_of(" \t");
+          if (b != std::string::npos && line.find('=') != std::string::npos &&
+              key.substr(b, e2 - b + 1) == e.get_option_name())
+            at = number;
+        }
+        throw std::invalid_argument("in config file '" + path + "'" +
+                                    (at ? ", line " + std::to_string(at) : std::string()) +
+                                    ": " + unknown_flag_message(e.get_option_name()));
       } catch (const po::error& e) {
         throw std::invalid_argument("in config file '" + path + "': " + e.what() +
                                     " (see pntrain --help for the option names and types)");
@@ -447,7 +459,18 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 }  // namespace
 
-std::string nearest_flag(const std::string& unknown) {
+std::string nearest_flag(const std::string& typed) {
+  // The names a fairseq (or PyTorch) user types for a flag of another name; '_' as in
+  // fairseq's hydra configs.
+  static const std::map<std::string, std::string> aliases = {
+      {"learning-rate", "lr"}, {"lr-rate", "lr"}, {"batch-size", "max-tokens"},
+      {"max-updates", "max-update"}, {"max-epochs", "max-epoch"}, {"warmup", "warmup-updates"},
+      {"warmup-steps", "warmup-updates"}, {"num-layers", "decoder-layers"},
+      {"layers", "decoder-layers"}, {"embed-dim", "decoder-embed-dim"},
+      {"heads", "decoder-attention-heads"}, {"clip-grad", "clip-norm"}, {"epochs", "max-epoch"}};
+  std::string unknown = typed;
+  std::replace(unknown.begin(), unknown.end(), '_', '-');
+  if (const auto a = aliases.find(unknown); a != aliases.end()) return a->second;
   Options o;
   const po::options_description all = describe(o);
   std::string best;
@@ -543,7 +566,8 @@ void take_checkpoint_flags(const std::map<std::string, std::string>& stored,
                                                 " (the checkpoint's run: " + text + ")");
   }
   if (betas_taken) apply_adam_betas(o);
-  if (!differ.empty())
+  // Sampling trains nothing: the training flags it gives (--max-len, --seed) are no resume's.
+  if (!differ.empty() && o->sample == 0)
     o->notes.push_back("resuming from '" + checkpoint + "' with flags other than its run's: " +
                        differ + "; the flags given here apply");
 }
@@ -561,6 +585,16 @@ void validate_options(const Options& o) {
          "--tokens-per-sample " + std::to_string(o.tokens_per_sample) +
          "): raise --max-tokens or lower --tokens-per-sample");
   if (o.update_freq < 1) fail("--update-freq must be at least 1");
+  if (o.vocab_size < 0 || (o.vocab_size > 0 && o.vocab_size < 4) || o.vocab_min_count < 0)
+    fail("--vocab-size must be 0 (all words) or at least 4 (<pad>, <eos>, <unk> and a word), "
+         "--vocab-min-count at least 0");
+  if ((o.vocab_size > 0 || o.vocab_min_count > 0) &&
+      (o.arch == Arch::transformer || o.data == "builtin"))
+    fail("--vocab-size and --vocab-min-count build a text corpus's vocabulary: they take no "
+         "effect with --arch transformer or --data builtin; drop them");
+  if (o.pn_warmup < -1)
+    fail("--pn-warmup " + std::to_string(o.pn_warmup) + " must be a number of statistics "
+         "batches (0: none) or -1 (--warmup-updates' batches)");
   // Whole samples per group, whole groups per rank: every rank then runs the same number of
   // groups, which synchronized norms need to meet in every collective.
   if (o.stats_batch_tokens < 0 ||
@@ -659,10 +693,7 @@ NormOptions norm_options(const Options& o, const std::string& place) {
   n.alpha_bkw = o.pn_alpha_bkw;
   n.pn_variant = o.pn_variant;
   n.pn_warmup_psi = o.pn_warmup_psi;
-  // PN's t counts statistics batches: the default warmup spans warmup_updates updates.
-  n.warmup = o.pn_warmup >= 0
-                 ? o.pn_warmup
-                 : int64_t(o.warmup_updates) * o.update_freq * stats_groups_per_micro_step(o);
+  n.warmup = pn_warmup_batches(o);
   if (o.stats_batch_tokens > 0) {
     n.stats_rows = o.stats_batch_tokens;
     n.stats_groups = stats_groups_per_micro_step(o);
@@ -673,6 +704,26 @@ NormOptions norm_options(const Options& o, const std::string& place) {
 int stats_groups_per_micro_step(const Options& o) {
   if (o.stats_batch_tokens <= 0) return 1;
   return o.max_tokens / o.stats_batch_tokens;  // validate_options: it divides
+}
+
+int64_t pn_batches_per_update(const Options& o) {
+  return int64_t(o.update_freq) * stats_groups_per_micro_step(o);
+}
+
+int64_t pn_warmup_batches(const Options& o) {
+  return o.pn_warmup >= 0 ? o.pn_warmup : int64_t(o.warmup_updates) * pn_batches_per_update(o);
+}
+
+int64_t pn_warmup_updates(const Options& o) {
+  return pn_warmup_batches(o) / pn_batches_per_update(o);
+}
+
+std::string pn_warmup_origin(const Options& o) {
+  if (o.pn_warmup >= 0) return "--pn-warmup " + std::to_string(o.pn_warmup);
+  return "--warmup-updates " + std::to_string(o.warmup_updates) +
+         (pn_batches_per_update(o) > 1
+              ? " x " + std::to_string(pn_batches_per_update(o)) + " statistics batches per update"
+              : std::string());
 }
 
 int sync_group_ranks(const Options& o, int world_size) {

@@ -79,6 +79,14 @@ std::string nearest_flag(const std::string& unknown);
 NormOptions norm_options(const Options& o, const std::string& kind);
 // Statistics batches of a batch-type norm per rank and micro-step: 1, or the ghost groups.
 int stats_groups_per_micro_step(const Options& o);
+// PN's statistics batches (its t) per update: --update-freq x the ghost groups.
+int64_t pn_batches_per_update(const Options& o);
+// PN's warmup W in statistics batches: --pn-warmup N, or (-1) --warmup-updates' batches.
+int64_t pn_warmup_batches(const Options& o);
+// The updates after which PN is still in its warmup (t <= W): floor(W / batches per update).
+int64_t pn_warmup_updates(const Options& o);
+// How W was chosen, in words for the startup summary.
+std::string pn_warmup_origin(const Options& o);
 // Ranks whose statistics a synchronized norm shares: --sync-group-size, or the world size.
 int sync_group_ranks(const Options& o, int world_size);
 // Tokens in one statistics batch of the place's norm ("self", "ff", "final"), on average:

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -26,7 +27,7 @@ double peak_rss_mb() {
 }  // namespace
 
 void Trainer::log_model_summary() {
-  task_->log_summary();
+  task_->log_summary(!opt_.eval_only && opt_.sample == 0);
   std::ostringstream table;
   size_t shown = 0;
   for (const auto& s : params().specs) {
@@ -71,6 +72,57 @@ void Trainer::log_statistics_batches() {
             << (opt_.stats_batch_tokens > 0
                     ? " / " + std::to_string(stats_groups_per_micro_step(opt_)) + " ghost groups"
                     : std::string());
+}
+
+namespace {
+bool is_pn(const std::string& kind) {
+  return is_norm_kind(kind) && (parse_norm_kind(kind) == NormKind::power ||
+                                parse_norm_kind(kind) == NormKind::sync_power);
+}
+}  // namespace
+
+bool Trainer::in_pn_warmup(int64_t updates) const {
+  bool pn = false;
+  for (const auto& [place, kind] : task_->norm_places(opt_)) pn = pn || is_pn(kind);
+  const int64_t W = pn_warmup_batches(opt_);
+  return pn && W > 0 && updates * pn_batches_per_update(opt_) <= W;
+}
+
+void Trainer::log_pn_warmup() {
+  // Per PN kind, its places: during the warmup training normalizes by each batch's own psi_B^2
+  // while validation and inference use the running psi^2, which then lags the model.
+  std::map<std::string, std::string> places;
+  for (const auto& [place, kind] : task_->norm_places(opt_))
+    if (is_pn(kind)) places[kind] += (places[kind].empty() ? "" : ", ") + place;
+  if (places.empty()) return;
+  const int64_t W = pn_warmup_batches(opt_), updates = pn_warmup_updates(opt_);
+  if (opt_.eval_only || opt_.sample > 0) {  // nothing trains: only whether the state is warm
+    if (in_pn_warmup(start_update_))
+      LOG(INFO) << "note: the checkpoint (update " << start_update_ << ") is inside PN's warmup "
+                << "of " << updates << " updates: its running psi^2 is the warmup's, which lags "
+                << "the model";
+    return;
+  }
+  const bool ema = opt_.pn_variant == PnVariant::authors || opt_.pn_warmup_psi == PnWarmupPsi::ema;
+  for (const auto& [kind, where] : places) {
+    std::ostringstream line;
+    line << "PN warmup (" << kind << " at " << where << "): ";
+    if (W == 0) {
+      line << "none (--pn-warmup 0): training, validation and inference use the running psi^2 "
+              "from the first update";
+    } else {
+      line << updates << " updates (" << W << " statistics batches: "
+           << pn_warmup_origin(opt_)
+           << "); during it training divides by each batch's own psi_B^2, while validation, "
+              "--eval-only, --sample and export use the running psi^2: "
+           << (ema ? "the EMA of the batches' psi_B^2 (--pn-alpha-fwd)"
+                   : "the mean of every batch's psi_B^2 since update 1, which lags the model "
+                     "(--pn-warmup-psi ema follows recent batches)")
+           << (kind == "sync_power" ? ", over the sync group" : ", this rank's own")
+           << "; validations inside it are marked 'PN warmup'";
+    }
+    LOG(INFO) << line.str();
+  }
 }
 
 void Trainer::open_metrics() {

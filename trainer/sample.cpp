@@ -54,8 +54,8 @@ std::vector<TextSample> sample_text(Trainer& trainer, const SampleOptions& o) {
   std::istringstream words(o.prompt);
   std::string prompt_text;
   for (std::string w; words >> w;) {
-    prompt.push_back(vocab.id(w));
-    prompt_text += (prompt_text.empty() ? "" : " ") + w;
+    prompt.push_back(vocab.id(w));  // as the model sees it: an unknown word is <unk>
+    prompt_text += (prompt_text.empty() ? "" : " ") + vocab.words[size_t(prompt.back())];
   }
   std::vector<std::vector<int32_t>> ctx(size_t(N), prompt);
   std::vector<TextSample> out(static_cast<size_t>(N));

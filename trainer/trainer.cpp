@@ -82,7 +82,7 @@ void Trainer::setup() {
   if (comm_.rank() == 0 && !opt_.metrics.empty()) open_metrics();
   if (comm_.rank() == 0) {
     LOG(INFO) << provenance_summary(provenance_);
-    log_model_summary(), log_statistics_batches();
+    log_model_summary(), log_statistics_batches(), log_pn_warmup();
   }
 }
 

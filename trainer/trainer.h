@@ -47,6 +47,9 @@ struct TrainResult {
   double wall_s = 0, tokens = 0;   // this run's training time and target tokens (all ranks)
   double best_valid_nll = -1;      // best validation loss of this run
   std::string checkpoint;          // the newest checkpoint on disk ("" when none)
+  bool ended_in_pn_warmup = false; // PN layers still in their warmup after the last update
+  int64_t pn_warmup_updates = 0;   // that warmup, in updates
+  int64_t pn_warmup_shorter = 0;   // a --pn-warmup that would end it a fifth into the run
 };
 
 // An error every rank raises at the same point with the same message (a NaN loss after the
@@ -123,6 +126,9 @@ class Trainer {
   void write_metrics(const std::string& json_line);
   void log_model_summary();
   void log_statistics_batches();  // the startup line of each batch-type norm's statistics batch
+  void log_pn_warmup();  // per PN kind: its warmup and what validation uses during it
+  // Whether PN's running psi^2 is still the warmup's after `updates` updates (t <= W, W > 0).
+  bool in_pn_warmup(int64_t updates) const;
 
   // update_loop.cpp: train()'s phases, in the order of one update.
   struct Run;          // what one call of train() carries from update to update

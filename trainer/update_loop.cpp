@@ -76,6 +76,10 @@ TrainResult Trainer::train() {
   run.result.wall_s = now_s() - run.t_start;
   if (std::isfinite(best_valid_)) run.result.best_valid_nll = best_valid_;
   run.result.checkpoint = last_checkpoint_;
+  run.result.ended_in_pn_warmup = in_pn_warmup(std::max(run.result.updates, start_update_));
+  run.result.pn_warmup_updates = pn_warmup_updates(opt_);
+  run.result.pn_warmup_shorter =
+      std::max<int64_t>(1, run.result.update_limit / 5) * pn_batches_per_update(opt_);
   return run.result;
 }
 
@@ -211,13 +215,20 @@ bool Trainer::validate(Run* run, int64_t update) {
     nlohmann::json j = {{"update", update + 1},
                         {"valid_loss", v.nll},
                         {"valid_ppl", std::exp(v.nll)}};
+    // Inside PN's warmup validation uses the warmup's running psi^2, not a trained model's.
+    const bool warm = in_pn_warmup(update + 1);
+    if (warm) j["pn_warmup"] = true;
     if (run->json_log)
       LOG(INFO) << nlohmann::json({{"valid", j}, {"tokens", int64_t(v.ntokens)}}).dump();
     else
       LOG(INFO) << std::fixed << std::setprecision(3) << "valid | update " << update + 1
                 << " | loss " << v.nll << " | ppl " << std::setprecision(2)
                 << std::exp(v.nll) << " | tokens " << int64_t(v.ntokens)
-                << " (every valid token)";
+                << " (every valid token)"
+                << (warm ? " | PN warmup (update " + std::to_string(update + 1) + " of " +
+                               std::to_string(pn_warmup_updates(opt_)) +
+                               "): the running psi^2 lags, not yet the model's"
+                         : std::string());
     write_metrics(j.dump());
   }
   if (v.nll < best_valid_) {

@@ -19,6 +19,7 @@
 #include "kernels/device.h"
 #include "launcher/programs/log_format.h"
 #include "launcher/programs/openblas_core.h"
+#include "launcher/programs/threads.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data.h"
 #include "trainer/interrupt.h"
@@ -120,6 +121,7 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
                         {"tokens_per_s", r.wall_s > 0 ? r.tokens / r.wall_s : 0.0},
                         {"last_loss", r.last_loss}, {"checkpoint", r.checkpoint}};
     if (r.best_valid_nll >= 0) j["best_valid_loss"] = r.best_valid_nll;
+    if (r.ended_in_pn_warmup) j["pn_warmup"] = true;
     closing = j.dump();
     LOG(INFO) << closing;
   } else if (comm.rank() == 0) {
@@ -131,9 +133,20 @@ int finish(const pn::Options& opt, pn::Communicator& comm, const pn::TrainResult
     if (r.best_valid_nll >= 0)
       line << " | best valid loss " << r.best_valid_nll << " ppl " << std::setprecision(2)
            << std::exp(r.best_valid_nll);
-    line << " | checkpoint " << (r.checkpoint.empty() ? "none" : r.checkpoint);
+    line << " | checkpoint "
+         << (r.checkpoint.empty() ? (opt.save_dir.empty() ? "none (--save-dir DIR saves one)"
+                                                          : "none")
+                                  : r.checkpoint)
+         << " | metrics "
+         << (opt.metrics.empty() ? "none (--metrics FILE.jsonl writes them)" : opt.metrics);
     closing = line.str();
     LOG(INFO) << closing;
+    if (r.ended_in_pn_warmup)
+      LOG(INFO) << "note: the run ended inside PN's warmup (update " << r.updates << " of its "
+                << r.pn_warmup_updates << "): its validation and the checkpoint's inference use "
+                << "the warmup's lagging running psi^2, not the model's: --pn-warmup "
+                << r.pn_warmup_shorter << " (statistics batches: a fifth of this run) or a "
+                << "--max-update above " << r.pn_warmup_updates << " ends it inside the run";
   }
   // A terminated mpirun holds its ranks' last lines until its grace is over, and `pn run` ends
   // it before: the launcher prints this one from the status file instead.
@@ -186,6 +199,10 @@ int main(int argc, char** argv) {
       if (!restore.empty()) {
         pn::take_checkpoint_flags(pn::checkpoint_flags(restore), restore, &opt);
         opt.restore_file = restore;  // the trainer restores the checkpoint chosen here
+        // Samples the same at any rank count: the mean of the saved ranks' running norm state
+        // (what a restore at another rank count starts from), unless --pn-eval-state is given.
+        if (opt.sample > 0 && !opt.given.count("pn-eval-state"))
+          opt.pn_eval_state = pn::EvalState::mean;
       } else if (opt.eval_only) {
         throw std::invalid_argument("--eval-only needs a checkpoint: give --restore-file DIR or "
                                     "a --save-dir that holds one");
@@ -196,16 +213,15 @@ int main(int argc, char** argv) {
         throw std::invalid_argument(e);
       pn::set_log_format(opt.log_format == pn::LogFormat::glog);
       if (!opt.save_dir.empty() && !opt.eval_only) pn::check_writable_dir(opt.save_dir, comm->rank());
-      const int threads =
-          opt.threads > 0 ? opt.threads : std::max(1, pn::hardware_cores() / comm->local_size());
-      pn::set_num_threads(threads);
       device = pn::resolve_device(opt.device, comm->rank() == 0);
       if (opt.arch == pn::Arch::transformer)
         parallel = pn::load_parallel_corpus(opt.data, opt.source_lang, opt.target_lang,
                                             opt.share_all_embeddings, opt.train_subset,
                                             opt.valid_subset, opt.gen_subset);
       else
-        corpus = opt.data == "builtin" ? pn::builtin_corpus() : pn::load_corpus(opt.data);
+        corpus = opt.data == "builtin"
+                     ? pn::builtin_corpus()
+                     : pn::load_corpus(opt.data, {opt.vocab_size, opt.vocab_min_count});
     }
   } catch (const std::exception& e) {
     error = e.what();
@@ -217,6 +233,9 @@ int main(int argc, char** argv) {
   }
   if (comm->rank() == 0)
     for (const std::string& note : opt.notes) LOG(WARNING) << note;
+  // The threads from this rank's share of its allocation (collective: after every rank is fine).
+  const pn::ThreadChoice threads = pn::choose_threads(opt.threads, *comm);
+  pn::set_num_threads(threads.threads, threads.source);
   // Everything the run allocates lives on the chosen device, on the stream of this scope (which
   // outlives the trainer). A GPU run's ranks talk through NCCL.
   std::unique_ptr<pn::DeviceScope> scope;

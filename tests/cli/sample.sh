@@ -20,5 +20,12 @@ fail=0
 [ "$(grep -c '^sample [1-4] | w5 w17' <<<"$one")" = 4 ] || { echo "FAIL: want 4 samples continuing the prompt"; fail=1; }
 [ "$one" = "$two" ] || { echo "FAIL: 2 ranks sampled other text:"; echo "$two"; fail=1; }
 [ "$one" != "$other" ] || { echo "FAIL: --seed 4 gave the same text as --seed 3"; fail=1; }
-[ $fail = 0 ] && echo "ok: same text at 1 and 2 ranks for --seed 3, other text for --seed 4"
+# A PN checkpoint saved by 2 ranks (a running state per rank): the same text at 1 and 2 ranks,
+# both sampling with the mean of the saved ranks' states.
+"${mpirun[@]}" -np 2 "$pntrain" "${f[@]}" --max-update 10 --save-dir "$work/ck2" 2>>"$work/log"
+s2=(--restore-file "$work/ck2/checkpoint_10" --sample 8 --prompt "w5 w17" --max-len 60)
+one2=$("$pntrain" "${f[@]}" "${s2[@]}" --seed 3 2>>"$work/log")
+two2=$("${mpirun[@]}" -np 2 "$pntrain" "${f[@]}" "${s2[@]}" --seed 3 2>>"$work/log")
+[ "$one2" = "$two2" ] || { echo "FAIL: a 2-rank checkpoint sampled at 1 and 2 ranks differs:"; echo "$one2"; echo "$two2"; fail=1; }
+[ $fail = 0 ] && echo "ok: same text at 1 and 2 ranks for --seed 3 (a 1-rank and a 2-rank checkpoint), other text for --seed 4"
 exit $fail
