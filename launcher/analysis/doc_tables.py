@@ -175,9 +175,9 @@ def result_cell(root, run, norm):
         return "—"
     g = g[0]
     text = "%.2f ± %.2f (%d)" % (g["mean"], g["sd"], g["n"])
-    for fam in rep["families"]:
+    for fam in rep["families"]:  # the comparisons against LN only, once
         for c in fam["comparisons"]:
-            if c["group"] == norm:
+            if c["group"] == norm and c["reference"] == "layer" and "%" not in text:
                 text += ", %+.1f%% [%+.2f, %+.2f], p<sub>Holm</sub> %.3f" % (
                     c["diff_pct"], c["ci95"][0], c["ci95"][1], c["p_adj"])
     return text
