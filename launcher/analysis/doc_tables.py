@@ -190,9 +190,14 @@ def table_results(root):
     for run, _ in RESULT_RUNS:  # a report's own paper figures win over the constants
         rep = report(root, run)
         paper.update((rep or {}).get("paper") or {})
+    flags = {}  # each norm's pntrain flags, as the reports name them
+    for run, _ in RESULT_RUNS:
+        for g in (report(root, run) or {}).get("groups", []):
+            flags.setdefault(g["key"], g.get("flags") or "--norm " + g["key"])
     for key, label in NORMS:
         out.append("| %s (`%s`) | %s | %s |" % (
-            label, key, " | ".join(result_cell(root, run, key) for run, _ in RESULT_RUNS),
+            label, flags.get(key, "--norm " + key),
+            " | ".join(result_cell(root, run, key) for run, _ in RESULT_RUNS),
             "—" if paper.get(key) is None else "%.1f" % paper[key]))
     out.append("")
     out.append("PTB test perplexity at each seed's best validation: mean ± standard deviation "
