@@ -354,7 +354,9 @@ TEST(Norms, EmptyStatisticsBatch) {
       n->forward(x2.data(), nullptr, rows, yi.data(), false);
       n->forward(x2.data(), zeros.data(), rows, y.data(), true);
       n->backward(x2.data(), dy.data(), zeros.data(), rows, dx.data());
-      if (is_batch_type(info.kind)) EXPECT_EQ(y, yi);  // inference formula
+      if (is_batch_type(info.kind)) {
+        EXPECT_EQ(y, yi);  // inference formula
+      }
       for (int i = 0; i < rows * d; ++i) {
         EXPECT_TRUE(std::isfinite(y[i])) << i;
         EXPECT_EQ(dx[i], 0.0) << i;
