@@ -174,7 +174,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   m_dev.from_host(M);
   // Each parameter's gradient per iteration (the registry's params, in the store's order).
   std::vector<std::vector<float>> dparams;
-  for (size_t k = 0; k < store.specs.size(); ++k) dparams.emplace_back(size_t(T) * store.numel(int(k)));
+  for (size_t k = 0; k < store.specs.size(); ++k)
+    dparams.emplace_back(size_t(T) * store.numel(int(k)));
   std::vector<std::vector<double>> states;
   std::vector<std::string> state_names;
   for (const pn::StateTensor& s : norm->state())
