@@ -24,6 +24,7 @@ the statistic the export names for it (its row of pntrain's norm registry, `pntr
     group_moments   row_moments within each of G groups of d/G features        (group)
     column_moments  gamma (x - running_mean) / sqrt(running_var + eps) + beta  (batch)
     column_psi2     gamma x / sqrt(running_psi2 + eps) + beta                  (power_v, power)
+    elementwise     gamma tanh(alpha x) + beta                                 (dyt)
 (sync_* as their local twins), the column ones behind the optional pre-scaling
 x / sqrt(mean_group x^2 + eps).
 The running state is the export's evaluation state (its --pn-eval-state), or with --rank R the
@@ -90,12 +91,13 @@ class InferenceNorm(nn.Module):
         self.groups, self.prescale = int(meta[key + ".groups"]), int(meta[key + ".prescale_groups"])
         self.weight = t[prefix + ".weight"]
         self.bias = t.get(prefix + ".bias")
+        self.alpha = t.get(prefix + ".alpha")
         get = lambda s: t[state_prefix + prefix + "." + s]
         if self.stat == "column_moments":
             self.mean, self.var = get("running_mean"), get("running_var")
         elif self.stat == "column_psi2":
             self.psi2 = get("running_psi2")
-        elif self.stat not in ("row_moments", "row_rms", "group_moments"):
+        elif self.stat not in ("row_moments", "row_rms", "group_moments", "elementwise"):
             raise ValueError("norm %s of the export has statistic '%s', which this script does "
                              "not know" % (self.kind, self.stat))
 
@@ -118,6 +120,8 @@ class InferenceNorm(nn.Module):
             z = (z - z.mean(-1, keepdim=True)) / torch.sqrt(z.var(-1, unbiased=False, keepdim=True)
                                                             + self.eps)
             return self.weight * z.reshape(shape) + self.bias
+        if b == "elementwise":
+            return self.weight * torch.tanh(self.alpha * x) + self.bias
         if self.prescale > 0:
             x = self._prescale(x)
         if b == "column_moments":

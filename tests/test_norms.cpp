@@ -70,7 +70,7 @@ void check_gradients(const NormOptions& o, bool masked) {
     }
   expect_gradient("dx", x, dx, loss, 1e-6);
   std::vector<double> dparam = s.grad;
-  expect_gradient("dgamma,dbeta", s.data, dparam, loss, 1e-6);
+  expect_gradient("the parameters (gamma, beta; DyT's a)", s.data, dparam, loss, 1e-6);
 }
 
 // Every row of the registry (layers/norms/norms.inc) builds its layer, whose parameters, state
@@ -127,6 +127,30 @@ TEST(Norms, GradientsMatchFiniteDifferences) {
     check_gradients(opts("power_v", 1), masked);
     check_gradients(opts("power_v", 3), masked);
   }
+}
+
+// DyT: y = gamma tanh(a x) + beta, a starting at dyt_alpha_init, the same in training and
+// inference; its parameters are gamma, beta and a (its gradients: GradientsMatchFiniteDifferences).
+TEST(Norms, DytValues) {
+  const int rows = 4, d = 5;
+  NormOptions o = opts("dyt");
+  o.dyt_alpha_init = 0.7;
+  ParamStore<double> s;
+  auto n = make_norm<double>(o, d, s, "t", nullptr);
+  s.allocate(1);
+  ASSERT_EQ(s.specs.size(), 3u);
+  EXPECT_EQ(s.specs[2].name, "t.alpha");
+  EXPECT_EQ(s.p(2)[0], 0.7);
+  randomize(s, 40);
+  const double a = s.p(2)[0];
+  auto x = randn(size_t(rows) * d, 41, 2.0, 0.5);
+  std::vector<double> y(rows * d), yi(rows * d);
+  n->forward(x.data(), nullptr, rows, y.data(), true);
+  n->forward(x.data(), nullptr, rows, yi.data(), false);
+  EXPECT_EQ(y, yi);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c)
+      EXPECT_NEAR(y[r * d + c], s.p(0)[c] * std::tanh(a * x[r * d + c]) + s.p(1)[c], 1e-14);
 }
 
 TEST(Norms, RmsAndGroupValues) {

@@ -31,7 +31,7 @@ std::string json_list(const std::vector<std::string>& v) {
 const std::vector<std::string>& norm_statistic_names() {
   // In NormStatistic's order.
   static const std::vector<std::string> names = {"row_moments", "row_rms", "group_moments",
-                                                 "column_moments", "column_psi2"};
+                                                 "column_moments", "column_psi2", "elementwise"};
   return names;
 }
 

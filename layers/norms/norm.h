@@ -34,9 +34,10 @@ enum class NormKind {
 // What a norm's scale is computed from: per row (row_moments: mean and variance; row_rms: the
 // root mean square; group_moments: mean and variance of each feature group), per feature column
 // over the statistics batch (column_moments: mean and variance; column_psi2: the quadratic
-// mean). Its names (as --list-norms and the export write them): norm_statistic_names(), in this
-// order.
-enum class NormStatistic { row_moments, row_rms, group_moments, column_moments, column_psi2 };
+// mean), or none (elementwise: a fixed function of each element, DyT). Its names (as
+// --list-norms and the export write them): norm_statistic_names(), in this order.
+enum class NormStatistic { row_moments, row_rms, group_moments, column_moments, column_psi2,
+                           elementwise };
 const std::vector<std::string>& norm_statistic_names();
 
 // One row of layers/norms/norms.inc (its comment says what each field is).
