@@ -16,13 +16,13 @@
 
 namespace pn {
 
-enum class Init { Zeros, Ones, XavierUniform, Normal };
+enum class Init { Zeros, Ones, XavierUniform, Normal, Constant };
 
 struct ParamSpec {
   std::string name;
   std::vector<int> shape;
   Init init = Init::Zeros;
-  double init_std = 0;  // for Init::Normal
+  double init_std = 0;  // for Init::Normal; for Init::Constant, the value
   size_t offset = 0, numel = 0;
   size_t reserve = 0;  // zeros after the tensor in both buffers, not part of it
 };
@@ -84,6 +84,7 @@ struct ParamStore {
       switch (s.init) {
         case Init::Zeros: break;
         case Init::Ones: std::fill(p, p + s.numel, T(1)); break;
+        case Init::Constant: std::fill(p, p + s.numel, T(s.init_std)); break;
         case Init::XavierUniform: {  // shape [out, in]
           const double a = std::sqrt(6.0 / double(s.shape.at(0) + s.shape.at(1)));
           std::uniform_real_distribution<double> u(-a, a);

@@ -16,13 +16,17 @@ The models are pntrain's (model/lm.h, model/translation.h): pre-norm Transformer
 (norm, attention, residual; norm, ReLU feed-forward, residual), token embeddings scaled by
 sqrt(d) plus pntrain's sinusoidal positions (kernels: sin of the first d/2 features,
 cos of the second half, frequencies exp(-i log(10000) / (d/2 - 1))), a final norm and the
-output projection tied to the (target) embedding. Every norm runs in inference form:
-    layer     gamma (x - mean_row) / sqrt(var_row + eps) + beta
-    rms       gamma x / sqrt(mean_row x^2 + eps)
-    group     layer within each of G groups of d/G consecutive features
-    batch     gamma (x - running_mean) / sqrt(running_var + eps) + beta
-    power_v, power (PN)   gamma x / sqrt(running_psi2 + eps) + beta
-(sync_* as their local twins), behind the optional pre-scaling x / sqrt(mean_group x^2 + eps).
+output projection tied to the (target) embedding. Every norm runs in inference form, chosen by
+the statistic the export names for it (its row of pntrain's norm registry, `pntrain
+--list-norms`), not by its name:
+    row_moments     gamma (x - mean_row) / sqrt(var_row + eps) + beta          (layer)
+    row_rms         gamma x / sqrt(mean_row x^2 + eps)                         (rms)
+    group_moments   row_moments within each of G groups of d/G features        (group)
+    column_moments  gamma (x - running_mean) / sqrt(running_var + eps) + beta  (batch)
+    column_psi2     gamma x / sqrt(running_psi2 + eps) + beta                  (power_v, power)
+    elementwise     gamma tanh(alpha x) + beta                                 (dyt)
+(sync_* as their local twins), the column ones behind the optional pre-scaling
+x / sqrt(mean_group x^2 + eps).
 The running state is the export's evaluation state (its --pn-eval-state), or with --rank R the
 state rank R saved (rank-local norms of multi-rank runs). Everything runs in float64.
 
@@ -75,22 +79,27 @@ def sinusoidal_positions(max_len, d):
 
 
 class InferenceNorm(nn.Module):
-    """One pntrain norm in inference form (see the module docstring)."""
+    """One pntrain norm in inference form, from its statistic (the export's norm.<place>.statistic,
+    the registry's row of it: layers/norms/norms.inc; see the module docstring)."""
 
-    def __init__(self, kind, prefix, t, eps, groups, prescale_groups, state_prefix=""):
+    def __init__(self, meta, key, prefix, t, eps, state_prefix=""):
         super().__init__()
-        self.kind, self.eps, self.groups, self.prescale = kind, eps, groups, prescale_groups
+        if key + ".statistic" not in meta:
+            raise ValueError("the export names no statistic for %s (%s): export the checkpoint "
+                             "again with this pntrain's pnexport" % (key, meta[key]))
+        self.kind, self.stat, self.eps = meta[key], meta[key + ".statistic"], eps
+        self.groups, self.prescale = int(meta[key + ".groups"]), int(meta[key + ".prescale_groups"])
         self.weight = t[prefix + ".weight"]
         self.bias = t.get(prefix + ".bias")
-        base = kind[5:] if kind.startswith("sync_") else kind
-        self.base = base
+        self.alpha = t.get(prefix + ".alpha")
         get = lambda s: t[state_prefix + prefix + "." + s]
-        if base == "batch":
+        if self.stat == "column_moments":
             self.mean, self.var = get("running_mean"), get("running_var")
-        elif base in ("power", "power_v"):
+        elif self.stat == "column_psi2":
             self.psi2 = get("running_psi2")
-        elif base not in ("layer", "rms", "group"):
-            raise ValueError("unknown norm kind '%s' in the export" % kind)
+        elif self.stat not in ("row_moments", "row_rms", "group_moments", "elementwise"):
+            raise ValueError("norm %s of the export has statistic '%s', which this script does "
+                             "not know" % (self.kind, self.stat))
 
     def _prescale(self, x):
         g = self.prescale
@@ -100,22 +109,24 @@ class InferenceNorm(nn.Module):
         return z.reshape(shape)
 
     def forward(self, x):
-        b = self.base
-        if b == "layer":
+        b = self.stat
+        if b == "row_moments":
             return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
-        if b == "rms":
+        if b == "row_rms":
             return self.weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + self.eps)
-        if b == "group":
+        if b == "group_moments":
             shape = x.shape
             z = x.reshape(*shape[:-1], self.groups, shape[-1] // self.groups)
             z = (z - z.mean(-1, keepdim=True)) / torch.sqrt(z.var(-1, unbiased=False, keepdim=True)
                                                             + self.eps)
             return self.weight * z.reshape(shape) + self.bias
+        if b == "elementwise":
+            return self.weight * torch.tanh(self.alpha * x) + self.bias
         if self.prescale > 0:
             x = self._prescale(x)
-        if b == "batch":
+        if b == "column_moments":
             return self.weight * (x - self.mean) / torch.sqrt(self.var + self.eps) + self.bias
-        return self.weight * x / torch.sqrt(self.psi2 + self.eps) + self.bias  # power, power_v
+        return self.weight * x / torch.sqrt(self.psi2 + self.eps) + self.bias  # column_psi2
 
 
 class Attention(nn.Module):
@@ -153,10 +164,8 @@ class Block(nn.Module):
         eps = float(meta["norm_eps"])
 
         def norm(place, name):
-            key = "norm.%s_%s" % (side, place)
-            return InferenceNorm(meta[key], prefix + "." + name, t, eps,
-                                 int(meta[key + ".groups"]), int(meta[key + ".prescale_groups"]),
-                                 state_prefix)
+            return InferenceNorm(meta, "norm.%s_%s" % (side, place), prefix + "." + name, t,
+                                 eps, state_prefix)
         self.causal = causal
         self.norm_self = norm("self", "self_attn_layer_norm")
         self.attn = Attention(prefix + ".self_attn", t, heads)
@@ -177,9 +186,8 @@ class Block(nn.Module):
 
 
 def _final_norm(meta, t, side, name, state_prefix):
-    key = "norm.%s_final" % side
-    return InferenceNorm(meta[key], name, t, float(meta["norm_eps"]), int(meta[key + ".groups"]),
-                         int(meta[key + ".prescale_groups"]), state_prefix)
+    return InferenceNorm(meta, "norm.%s_final" % side, name, t, float(meta["norm_eps"]),
+                         state_prefix)
 
 
 class LanguageModel(nn.Module):

@@ -48,16 +48,18 @@ const Corpus& corpus() {
 
 using test::TempDir;
 
-TEST(Checkpoint, ResumeContinuesBitForBit) {
-  FLAGS_minloglevel = 1;
+// Runs o for 6 updates straight, and for 3 then resumed to 6 (each in a save dir of its own):
+// the parameters must end bit for bit the same. Returns the straight run's (host copy, specs).
+std::pair<std::vector<float>, std::vector<ParamSpec>> resumes_bit_for_bit(Options o) {
   auto comm = make_single_communicator();
   TempDir a("pn_ckpt_a"), b("pn_ckpt_b");
-  Options straight = ckpt_options(a.path.string());
-  straight.max_update = 6;
-  Trainer t1(straight, *comm, corpus());
+  o.save_dir = a.path.string();
+  o.max_update = 6;
+  Trainer t1(o, *comm, corpus());
   t1.train();
 
-  Options first = ckpt_options(b.path.string());
+  Options first = o;
+  first.save_dir = b.path.string();
   first.max_update = 3;
   Trainer t2(first, *comm, corpus());
   t2.train();
@@ -68,6 +70,28 @@ TEST(Checkpoint, ResumeContinuesBitForBit) {
   EXPECT_EQ(t3.start_update(), 3);
   t3.train();
   EXPECT_EQ(t1.model().params.data, t3.model().params.data);  // exact equality
+  return {t1.model().params.data.to_host(), t1.model().params.specs};
+}
+
+TEST(Checkpoint, ResumeContinuesBitForBit) {
+  FLAGS_minloglevel = 1;
+  resumes_bit_for_bit(ckpt_options(""));
+}
+
+// DyT's a is a parameter: trained (it leaves its initial value), saved and restored with the
+// others, so that a resumed run continues bit for bit.
+TEST(Checkpoint, DytAlphaIsTrainedSavedAndRestored) {
+  FLAGS_minloglevel = 1;
+  Options o = ckpt_options("");
+  o.norm_self = o.norm_ff = o.norm_final = "dyt";
+  const auto [params, specs] = resumes_bit_for_bit(o);
+  int alphas = 0;
+  for (const ParamSpec& p : specs)
+    if (p.name.size() > 6 && p.name.compare(p.name.size() - 6, 6, ".alpha") == 0) {
+      ++alphas;
+      EXPECT_NE(params[p.offset], 0.5f) << p.name;
+    }
+  EXPECT_EQ(alphas, 3);  // the block's two norms and the final one
 }
 
 TEST(Checkpoint, CorruptTruncatedAndForeignCheckpointsAreRefused) {

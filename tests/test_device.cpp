@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -136,19 +137,15 @@ void set_norm(Options* o, const char* kind) { o->norm_self = o->norm_ff = o->nor
 
 // A norm setting of the comparison: the kind and what it changes in the options.
 struct NormCase {
-  const char* name;
-  void (*apply)(Options*);
+  std::string name;
+  std::function<void(Options*)> apply;
 };
-const NormCase kNormCases[] = {
-    {"layer", [](Options* o) { set_norm(o, "layer"); }},
-    {"rms", [](Options* o) { set_norm(o, "rms"); }},
-    {"group", [](Options* o) { set_norm(o, "group"); }},
-    {"batch", [](Options* o) { set_norm(o, "batch"); }},
-    {"sync_batch", [](Options* o) { set_norm(o, "sync_batch"); }},
-    {"power_v", [](Options* o) { set_norm(o, "power_v"); }},
-    {"sync_power_v", [](Options* o) { set_norm(o, "sync_power_v"); }},
-    {"power", [](Options* o) { set_norm(o, "power"); }},
-    {"sync_power", [](Options* o) { set_norm(o, "sync_power"); }},
+// Every norm of the registry, then settings of some.
+const std::vector<NormCase> kNormCases = [] {
+  std::vector<NormCase> cases;
+  for (const NormInfo& n : norm_registry())
+    cases.push_back({n.name, [kind = n.name](Options* o) { set_norm(o, kind.c_str()); }});
+  cases.insert(cases.end(), {
     {"power_authors_prescaled",
      [](Options* o) {
        set_norm(o, "power");
@@ -166,7 +163,9 @@ const NormCase kNormCases[] = {
        set_norm(o, "power");
        o->probe_norm_stats = "all";
      }},
-};
+  });
+  return cases;
+}();
 
 class DeviceLm : public ::testing::TestWithParam<std::tuple<Device, int>> {};
 

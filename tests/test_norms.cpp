@@ -70,34 +70,87 @@ void check_gradients(const NormOptions& o, bool masked) {
     }
   expect_gradient("dx", x, dx, loss, 1e-6);
   std::vector<double> dparam = s.grad;
-  expect_gradient("dgamma,dbeta", s.data, dparam, loss, 1e-6);
+  expect_gradient("the parameters (gamma, beta; DyT's a)", s.data, dparam, loss, 1e-6);
 }
 
+// Every row of the registry (layers/norms/norms.inc) builds its layer, whose parameters, state
+// and synchronization are the row's.
 TEST(Norms, KindsAreRegistered) {
-  for (const char* k : {"layer", "rms", "group", "batch", "sync_batch", "power_v",
-                        "sync_power_v", "power", "sync_power"})
-    EXPECT_TRUE(is_norm_kind(k)) << k;
+  auto comm = make_single_communicator();
+  ASSERT_EQ(norm_kinds().size(), norm_registry().size());
+  for (const NormInfo& info : norm_registry()) {
+    SCOPED_TRACE(info.name);
+    EXPECT_TRUE(is_norm_kind(info.name));
+    EXPECT_EQ(parse_norm_kind(info.name), info.kind);
+    EXPECT_EQ(&norm_info(info.kind), &info);
+    EXPECT_EQ(is_synchronized(info.kind), info.synchronized);
+    EXPECT_FALSE(info.paper.empty());
+    ParamStore<double> s;
+    auto n = make_norm<double>(opts(info.name), 6, s, "n", comm.get());
+    std::vector<std::string> params, state;
+    for (const ParamSpec& p : s.specs) params.push_back(p.name);
+    std::vector<std::string> want_params;
+    for (const std::string& p : info.params) want_params.push_back("n." + p);
+    EXPECT_EQ(params, want_params);
+    s.allocate(1);
+    for (const StateTensor& t : n->state()) state.push_back(t.name);
+    EXPECT_EQ(state, info.state);
+    EXPECT_EQ(n->synchronized(), info.synchronized);
+    // Every flag it names is a norm flag.
+    for (const std::string& f : info.flags) {
+      bool known = false;
+#define PN_NORM_FLAG(type, member, name, ...) known = known || f == name;
+#include "layers/norms/norm_flags.inc"
+#undef PN_NORM_FLAG
+      EXPECT_TRUE(known) << f;
+    }
+  }
   EXPECT_FALSE(is_norm_kind("instance"));
+  EXPECT_THROW(norm_info("instance"), std::invalid_argument);
   ParamStore<double> s;
   EXPECT_THROW(make_norm<double>(opts("group", 0, 4), 6, s, "g", nullptr), std::invalid_argument);
   EXPECT_THROW(make_norm<double>(opts("sync_batch"), 6, s, "b", nullptr), std::invalid_argument);
 }
 
+// PN's backward is the paper's approximation (its running nu), not the gradient of its forward.
+bool exact_gradient(const NormInfo& n) {
+  return n.kind != NormKind::power && n.kind != NormKind::sync_power;
+}
+
 TEST(Norms, GradientsMatchFiniteDifferences) {
   for (bool masked : {false, true}) {
-    check_gradients(opts("layer"), masked);
-    check_gradients(opts("rms"), masked);
-    check_gradients(opts("group", 0, 3), masked);
+    for (const NormInfo& n : norm_registry())
+      if (exact_gradient(n)) check_gradients(opts(n.name, 0, 3), masked);
     check_gradients(opts("group", 0, 1), masked);
-    check_gradients(opts("batch"), masked);
-    check_gradients(opts("power_v"), masked);
-    check_gradients(opts("sync_batch"), masked);
-    check_gradients(opts("sync_power_v"), masked);
     check_gradients(opts("batch", 1), masked);
     check_gradients(opts("batch", 2), masked);
     check_gradients(opts("power_v", 1), masked);
     check_gradients(opts("power_v", 3), masked);
   }
+}
+
+// DyT: y = gamma tanh(a x) + beta, a starting at dyt_alpha_init, the same in training and
+// inference; its parameters are gamma, beta and a (its gradients: GradientsMatchFiniteDifferences).
+TEST(Norms, DytValues) {
+  const int rows = 4, d = 5;
+  NormOptions o = opts("dyt");
+  o.dyt_alpha_init = 0.7;
+  ParamStore<double> s;
+  auto n = make_norm<double>(o, d, s, "t", nullptr);
+  s.allocate(1);
+  ASSERT_EQ(s.specs.size(), 3u);
+  EXPECT_EQ(s.specs[2].name, "t.alpha");
+  EXPECT_EQ(s.p(2)[0], 0.7);
+  randomize(s, 40);
+  const double a = s.p(2)[0];
+  auto x = randn(size_t(rows) * d, 41, 2.0, 0.5);
+  std::vector<double> y(rows * d), yi(rows * d);
+  n->forward(x.data(), nullptr, rows, y.data(), true);
+  n->forward(x.data(), nullptr, rows, yi.data(), false);
+  EXPECT_EQ(y, yi);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c)
+      EXPECT_NEAR(y[r * d + c], s.p(0)[c] * std::tanh(a * x[r * d + c]) + s.p(1)[c], 1e-14);
 }
 
 TEST(Norms, RmsAndGroupValues) {
@@ -228,9 +281,10 @@ TEST(PowerNorm, VariantsDifferAndUnknownIsRefused) {
 // the parameter gradients the same; in float, as the model runs, for every kind and wrapper.
 TEST(Norms, BackwardAddingToDxIsBackwardThenAdd) {
   auto comm = make_single_communicator();
-  for (const char* kind : {"batch", "power_v", "power", "layer", "rms", "group"})
+  for (const NormInfo& info : norm_registry())
     for (int wrapper = 0; wrapper < 3; ++wrapper) {  // none, pre-scaling, ghost statistics
-      NormOptions o = opts(kind, wrapper == 1 ? 2 : 0, 2);
+      if (info.synchronized) continue;  // the local twin's arithmetic
+      NormOptions o = opts(info.name, wrapper == 1 ? 2 : 0, 2);
       if (wrapper == 2) o.stats_rows = 4;
       o.warmup = 1;
       SCOPED_TRACE(label(o, true) + (wrapper == 2 ? " ghost" : ""));
@@ -300,10 +354,10 @@ TEST(Norms, SyncLayersEqualLocalTwinsUnderOneRank) {
 // gives dx = 0 and no parameter gradient, and never NaN.
 TEST(Norms, EmptyStatisticsBatch) {
   auto comm = make_single_communicator();
-  for (const char* kind : {"batch", "sync_batch", "power_v", "sync_power_v", "power",
-                           "sync_power", "layer", "rms", "group"}) {
+  for (const NormInfo& info : norm_registry()) {
+    const std::string& kind = info.name;
     for (int prescale : {0, 1}) {
-      SCOPED_TRACE(std::string(kind) + " prescale " + std::to_string(prescale));
+      SCOPED_TRACE(kind + " prescale " + std::to_string(prescale));
       const int rows = 5, d = 4;
       NormOptions o = opts(kind, prescale, 2);
       o.warmup = 1;
@@ -324,8 +378,7 @@ TEST(Norms, EmptyStatisticsBatch) {
       n->forward(x2.data(), nullptr, rows, yi.data(), false);
       n->forward(x2.data(), zeros.data(), rows, y.data(), true);
       n->backward(x2.data(), dy.data(), zeros.data(), rows, dx.data());
-      if (std::string(kind) != "layer" && std::string(kind) != "rms" &&
-          std::string(kind) != "group") {
+      if (is_batch_type(info.kind)) {
         EXPECT_EQ(y, yi);  // inference formula
       }
       for (int i = 0; i < rows * d; ++i) {

@@ -116,6 +116,12 @@ std::string join_words(const Vocabulary& v) {
   return s;
 }
 
+std::string join_words_of(const std::vector<std::string>& words) {
+  std::string s;
+  for (const std::string& w : words) s += (s.empty() ? "" : " ") + w;
+  return s;
+}
+
 std::string num(double v) {
   std::ostringstream ss;
   ss.precision(17);
@@ -125,7 +131,13 @@ std::string num(double v) {
 
 void add_norm_metadata(std::map<std::string, std::string>* m, const std::string& place,
                        const NormOptions& n) {
+  // The norm's row of the registry (layers/norms/norms.inc): a reader rebuilds its inference
+  // form from the statistic, not from the name.
+  const NormInfo& info = norm_info(n.kind);
   (*m)["norm." + place] = n.kind;
+  (*m)["norm." + place + ".statistic"] = norm_statistic_names()[size_t(info.statistic)];
+  (*m)["norm." + place + ".params"] = join_words_of(info.params);
+  (*m)["norm." + place + ".state"] = join_words_of(info.state);
   (*m)["norm." + place + ".groups"] = std::to_string(n.groups);
   (*m)["norm." + place + ".prescale_groups"] = std::to_string(n.prescale_groups);
 }

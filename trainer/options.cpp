@@ -40,9 +40,9 @@ std::string as_text(const T& v) {
   if constexpr (std::is_enum_v<T>) return name_of(v);
   else return std::to_string(v);
 }
-std::string join(const std::vector<std::string>& items) {
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
   std::string out;
-  for (const auto& k : items) out += (out.empty() ? "" : ", ") + k;
+  for (const auto& k : items) out += (out.empty() ? "" : sep) + k;
   return out;
 }
 
@@ -283,6 +283,19 @@ void keep_last_of_repeated(po::parsed_options* parsed, const std::string& where,
   parsed->options = std::move(kept);
 }
 
+// The norms' section of --help: each norm with its paper's name and the norm flags it reads.
+std::string norms_help() {
+  std::string out = "\nNorms (--norm; pntrain --list-norms gives the table):\n";
+  for (const NormInfo& n : norm_registry()) {
+    std::string line = "  " + n.name;
+    line.resize(std::max<size_t>(line.size() + 1, 16), ' ');
+    line += n.paper;
+    if (!n.flags.empty()) line += "; --" + join(n.flags, ", --");
+    out += line + "\n";
+  }
+  return out;
+}
+
 // The flags of one group of --help, in the order of flags.inc.
 void describe(Options& o, Group only, po::options_description* into) {
   for (const FlagSpec& f : flag_table())
@@ -335,7 +348,9 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
   po::options_description cmdline("pntrain: data-parallel Transformer training with "
                                   "LayerNorm, BatchNorm and PowerNorm\n\nUsage: [mpirun -np R] "
                                   "pntrain [--config FILE] [options]\n\nGeneral");
-  cmdline.add_options()("help,h", "print this help")("version", "print the version");
+  cmdline.add_options()("help,h", "print this help")("version", "print the version")(
+      "list-norms", "print the norms, one JSON object a line (name, paper, statistic, "
+                    "synchronized, state, flags, params), and exit");
   describe(o, Group::General, &cmdline);
   cmdline.add(file_opts);
   po::variables_map vm;
@@ -350,9 +365,10 @@ bool parse_options(int argc, char** argv, Options* out, std::string* help) {
     keep_last_of_repeated(&parsed, "", &o.notes);
     po::store(parsed, vm);
     for (const po::option& op : parsed.options) on_command_line.insert(op.string_key);
-    if (vm.count("help") || vm.count("version")) {
+    if (vm.count("help") || vm.count("version") || vm.count("list-norms")) {
       std::ostringstream ss;
-      if (vm.count("help")) ss << cmdline;
+      if (vm.count("help")) ss << cmdline << norms_help();
+      else if (vm.count("list-norms")) ss << norm_registry_json();
       else ss << version_string();
       *help = ss.str();
       return false;
@@ -675,24 +691,19 @@ void validate_options(const Options& o) {
   if (o.sample > 0 && o.arch != Arch::transformer_lm)
     fail("--sample needs a language model (--arch transformer_lm)");
   for (const std::string& n : {o.norm_self, o.norm_ff, o.norm_final})
-    if (!is_norm_kind(n)) {
-      std::string known;
-      for (const auto& k : norm_kinds()) known += (known.empty() ? "" : ", ") + k;
-      fail("unknown norm '" + n + "': choose one of " + known);
-    }
+    if (!is_norm_kind(n)) fail("unknown norm '" + n + "': choose one of " + join(norm_kinds()));
 }
 
 NormOptions norm_options(const Options& o, const std::string& place) {
   NormOptions n;
   n.kind = place == "self" ? o.norm_self : place == "ff" ? o.norm_ff : o.norm_final;
+#define PN_NORM_FLAG(type, member, name, default_value, pnnorm_name, option, ...) \
+  n.member = o.option;
+#include "layers/norms/norm_flags.inc"
+#undef PN_NORM_FLAG
+  // pntrain's values that stand for another: groups 0 is one per attention head; PN's t counts
+  // statistics batches, and the default warmup spans warmup_updates updates.
   n.groups = o.norm_groups > 0 ? o.norm_groups : o.decoder_attention_heads;
-  n.prescale_groups = o.norm_prescale_groups;
-  n.eps = o.norm_eps;
-  n.alpha = o.norm_alpha;
-  n.alpha_fwd = o.pn_alpha_fwd;
-  n.alpha_bkw = o.pn_alpha_bkw;
-  n.pn_variant = o.pn_variant;
-  n.pn_warmup_psi = o.pn_warmup_psi;
   n.warmup = pn_warmup_batches(o);
   if (o.stats_batch_tokens > 0) {
     n.stats_rows = o.stats_batch_tokens;

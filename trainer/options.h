@@ -25,8 +25,6 @@ const std::vector<std::string>& choice_names(Arch);
 const std::vector<std::string>& choice_names(EvalState);
 const std::vector<std::string>& choice_names(LogFormat);
 const std::vector<std::string>& choice_names(LrScheduler);
-inline const std::vector<std::string>& choice_names(PnVariant) { return pn_variant_choices(); }
-inline const std::vector<std::string>& choice_names(PnWarmupPsi) { return pn_warmup_psi_choices(); }
 template <class E>
 const std::string& name_of(E value) {
   return choice_names(value)[size_t(value)];

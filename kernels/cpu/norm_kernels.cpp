@@ -407,15 +407,15 @@ void rowgroup_rms_forward(const T* x, int rows, int d, int G, T eps, const T* ga
 // The row-group backward passes' walk: chunks of kRowChunk rows (one thread each), each with its
 // part_width partial column sums in part zeroed first (none where part is null); a row outside
 // the mask gets dx 0 (or keeps it, when adding), and group(r, j, pg) runs for each group j of
-// each live row r, pg being its chunk's partials.
-template <class T, class Group>
+// each live row r, pg being its chunk's partials (of type P: T, or double).
+template <class T, class P, class Group>
 void rowgroup_backward_chunks(const uint8_t* mask, int rows, int d, int G, T* dx, bool add_to_dx,
-                              T* part, size_t part_width, const Group& group) {
+                              P* part, size_t part_width, const Group& group) {
   const int nch = nchunks(rows);
 #pragma omp parallel for schedule(static) if (big(rows, d))
   for (int ch = 0; ch < nch; ++ch) {
-    T* pg = part ? part + size_t(ch) * part_width : nullptr;
-    if (pg) std::fill(pg, pg + part_width, T(0));
+    P* pg = part ? part + size_t(ch) * part_width : nullptr;
+    if (pg) std::fill(pg, pg + part_width, P(0));
     const int r1 = std::min(rows, (ch + 1) * kRowChunk);
     for (int r = ch * kRowChunk; r < r1; ++r) {
       if (!live(mask, r)) {
@@ -554,6 +554,55 @@ void column_backward_dot(const T* x, const T* dy, const uint8_t* mask, int rows,
   column_dot<T>(dy, x, mask, rows, d, nullptr, sum_dy, sum_dy_x);
   column_norm_backward<T>(x, dy, mask, rows, d, nullptr, scale, gamma, nullptr, b, dx, add_to_dx,
                           dx16);
+}
+
+// ---- DyT (layers/norms/dyt.h) ------------------------------------------------------------------
+// y = gamma * tanh(a x) + beta per element, a = alpha[0].
+template <class T>
+void dyt_forward(const T* x, int rows, int d, const T* alpha, const T* gamma, const T* beta, T* y,
+                 uint16_t* y16) {
+  if (y16)
+    return rounded_output<T>(size_t(rows) * d, y16, [&](T* t) {
+      dyt_forward<T>(x, rows, d, alpha, gamma, beta, t, nullptr);
+    });
+  const T a = alpha[0];
+#pragma omp parallel for schedule(static) if (big(rows, d))
+  for (int r = 0; r < rows; ++r) {
+    const T* xr = x + size_t(r) * d;
+    T* yr = y + size_t(r) * d;
+    for (int c = 0; c < d; ++c) yr[c] = gamma[c] * std::tanh(a * xr[c]) + beta[c];
+  }
+}
+
+// t = tanh(a x), s = 1 - t^2: dx = dy gamma a s on live rows (0 on masked ones, or dx kept when
+// adding); per chunk of rows the partials [sum dy t | sum dy | sum dy gamma x s] of the live
+// rows in double, then added in chunk order into dgamma, dbeta and dalpha[0].
+template <class T>
+void dyt_backward(const T* x, const T* dy, const T* alpha, const T* gamma, const uint8_t* mask,
+                  int rows, int d, T* dx, T* dgamma, T* dbeta, T* dalpha, bool add_to_dx,
+                  uint16_t* dx16) {
+  const RoundedOnReturn<T> rounded{dx, size_t(rows) * size_t(d), dx16};
+  const T a = alpha[0];
+  const int nch = nchunks(rows);
+  const size_t width = 2 * size_t(d) + 1;
+  double* part = scratch<double>(1, size_t(nch) * width);
+  rowgroup_backward_chunks<T>(mask, rows, d, 1, dx, add_to_dx, part, width,
+                              [&](int r, int, double* pg) {
+    const T* xr = x + size_t(r) * d;
+    const T* dyr = dy + size_t(r) * d;
+    T* dxr = dx + size_t(r) * d;
+    for (int c = 0; c < d; ++c) {
+      const T t = std::tanh(a * xr[c]), s = T(1) - t * t, g = dyr[c] * gamma[c];
+      const T v = g * a * s;
+      dxr[c] = add_to_dx ? dxr[c] + v : v;
+      pg[c] += double(dyr[c]) * double(t);
+      pg[d + c] += double(dyr[c]);
+      pg[2 * d] += double(g) * double(xr[c]) * double(s);
+    }
+  });
+  combine_chunks<false>(part, nch, width, d, dgamma);
+  combine_chunks<false>(part + d, nch, width, d, dbeta);
+  combine_chunks<false>(part + 2 * d, nch, width, 1, dalpha);
 }
 
 // The explicit instantiations of the templated operations of kernels/ops.inc whose cpu file is

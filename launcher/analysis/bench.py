@@ -30,6 +30,7 @@ Usage: bench.py --pnbench BUILD/bin/pnbench [--ranks 1,2,4] [--norms layer,sync_
 """
 import argparse
 import csv
+import json
 import os
 import shlex
 import subprocess
@@ -38,8 +39,6 @@ import sys
 from pn_metrics import int_list, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NORMS = ["layer", "batch", "sync_batch", "power", "power_v", "sync_power_v", "sync_power",
-         "rms", "group"]
 # The time split columns of pnbench's CSV, stacked in this order in the PNG.
 SPLIT = [("compute_ms", "compute (fwd+bwd)"), ("stats_allreduce_ms", "statistics all-reduce"),
          ("grad_allreduce_exposed_ms", "gradient all-reduce (exposed)"),
@@ -49,6 +48,18 @@ SPLIT = [("compute_ms", "compute (fwd+bwd)"), ("stats_allreduce_ms", "statistics
 def die(msg):
     print("bench: error: " + msg, file=sys.stderr)
     sys.exit(2)
+
+
+def known_norms(pnbench):
+    """The norm names of the registry, from `pntrain --list-norms` beside pnbench."""
+    pntrain = os.path.join(os.path.dirname(os.path.abspath(pnbench)), "pntrain")
+    try:
+        out = subprocess.run([pntrain, "--list-norms"], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        die("cannot list the norms with '%s --list-norms' (%s): build pntrain beside pnbench"
+            % (pntrain, e))
+    return [json.loads(line)["name"] for line in out.splitlines() if line.strip()]
 
 
 def mpirun_cmd(ranks, cores, extra_args):
@@ -151,7 +162,7 @@ def main():
     p.add_argument("--pnbench", required=True, help="path of the pnbench executable")
     p.add_argument("--ranks", default="1,2,4", help="rank counts (1 is added when missing)")
     p.add_argument("--norms", default="layer,sync_batch,power",
-                   help="norms, comma-separated (%s)" % ", ".join(NORMS))
+                   help="norms, comma-separated (pntrain --list-norms names them)")
     p.add_argument("--group-sizes", default="world",
                    help="sync group sizes of the synchronized norms: numbers and 'world' (all "
                         "ranks); those that do not divide a rank count are skipped there")
@@ -180,9 +191,6 @@ def main():
         ranks.append(1)
     ranks = sorted(set(ranks))
     norms = [n for n in a.norms.split(",") if n]
-    for n in norms:
-        if n not in NORMS:
-            die("unknown norm '%s' in --norms: choose from %s" % (n, ", ".join(NORMS)))
     for item in a.group_sizes.split(","):
         if item != "world" and not (item.isdigit() and int(item) > 0):
             die("--group-sizes: '%s' is neither a positive number nor 'world'" % item)
@@ -197,6 +205,10 @@ def main():
                     "multiple of every rank count" % (a.tokens, r))
     if not os.access(a.pnbench, os.X_OK):
         die("no pnbench at '%s': build it (launcher/pn build, or make pnbench)" % a.pnbench)
+    known = known_norms(a.pnbench)
+    for n in norms:
+        if n not in known:
+            die("unknown norm '%s' in --norms: choose from %s" % (n, ", ".join(known)))
     if not os.path.isfile(a.config):
         die("no config file '%s' (--config)" % a.config)
     os.makedirs(a.out, exist_ok=True)

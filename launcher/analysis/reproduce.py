@@ -134,6 +134,15 @@ def die(msg):
     sys.exit(2)
 
 
+def registry_norms(pntrain):
+    """The norm names of pntrain's registry (`pntrain --list-norms`), [] where it cannot say."""
+    try:
+        out = subprocess.run([pntrain, "--list-norms"], capture_output=True, text=True).stdout
+        return [json.loads(line)["name"] for line in out.splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
 def run_logged(cmd, log_path, mode="w", tag=None):
     """cmd's output into log_path; with a tag, its progress every PN_PROGRESS_S seconds."""
     if tag:
@@ -1999,6 +2008,8 @@ def main():
     vlist = variants(heads)
     if a.norms:
         want = [n.strip() for n in a.norms.split(",") if n.strip()]
+        vlist = vlist + [(n, n, n, [], None) for n in registry_norms(a.pntrain)
+                         if n in want and n not in [v[0] for v in vlist]]
         unknown = [n for n in want if n not in [v[0] for v in vlist]]
         if unknown:
             die("--norms: unknown %s (choose from %s)" % (

@@ -2,14 +2,20 @@
 // framework. T training iterations (forward then backward, parameters fixed, state carried),
 // then inference on X[T-1]. Under mpirun -np R, rank r takes rows [floor(r N/R),
 // floor((r+1) N/R)) of every iteration; rank 0 writes y, dx, y_eval in the original row order
-// (gathered by an all-reduce of zero-padded buffers) and dgamma/dbeta summed over ranks; every
-// rank writes its own running state under DIR/state/rank<r>/. With --sync-group-size K the
-// sync_* norms reduce their statistics within groups of K consecutive ranks.
+// (gathered by an all-reduce of zero-padded buffers) and the parameter gradients (dgamma, dbeta,
+// ...) summed over ranks; every rank writes its own running state under DIR/state/rank<r>/.
+// With --sync-group-size K the sync_* norms reduce their statistics within groups of K
+// consecutive ranks. The norm flags are those of layers/norms/norm_flags.inc, under their pnnorm
+// names; one given a value other than its default is refused by a norm that does not read it.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -21,6 +27,30 @@ namespace po = boost::program_options;
 
 namespace {
 
+// A norm flag of layers/norms/norm_flags.inc on pnnorm's command line, bound to its member of o;
+// an enum's name is kept as text and parsed after Boost (parse_enums).
+template <class T>
+void declare_norm_flag(po::options_description* desc, const char* name, T* member,
+                       const char* help, std::vector<std::function<void()>>* parse_enums) {
+  if constexpr (std::is_enum_v<T>) {
+    auto text = std::make_shared<std::string>(pn::choice_names(*member)[size_t(*member)]);
+    desc->add_options()(name, po::value(text.get())->default_value(*text), help);
+    parse_enums->push_back([=] {
+      const std::vector<std::string>& names = pn::choice_names(T{});
+      const auto it = std::find(names.begin(), names.end(), *text);
+      if (it == names.end()) {
+        std::string known;
+        for (const auto& k : names) known += (known.empty() ? "" : ", ") + k;
+        throw std::invalid_argument("--" + std::string(name) + " '" + *text +
+                                    "' is unknown: choose one of " + known);
+      }
+      *member = T(it - names.begin());
+    });
+  } else {
+    desc->add_options()(name, po::value(member)->default_value(*member), help);
+  }
+}
+
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "(";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -31,12 +61,13 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   pn::NormOptions o;
   std::string x_path, dy_path, mask_path, gamma_path, beta_path, out, device_name = "cpu";
   int sync_group_size = 0;
-  std::string pn_variant = "paper", pn_warmup_psi = "cumulative";
+  std::vector<std::function<void()>> parse_enums;
   po::options_description desc(
       "pnnorm: run one norm layer on .npy data (docs/contract.md §7)\n"
       "  pnnorm --norm NAME --x X.npy --dy DY.npy [--mask M.npy] --out DIR\n"
       "X, DY: float32 (T, N, d); M: (T, N) bool/uint8/float32, nonzero = real token.\n"
-      "Writes y.npy, dx.npy (T, N, d), dgamma.npy, dbeta.npy (T, d), y_eval.npy (N, d) and\n"
+      "Writes y.npy, dx.npy (T, N, d), the parameters' gradients dgamma.npy, dbeta.npy (T, d)\n"
+      "(any other d<param>.npy: the norm's params, pntrain --list-norms), y_eval.npy (N, d) and\n"
       "state/rank<r>/<name>.npy (T, d). Options");
   // clang-format off
   desc.add_options()
@@ -47,18 +78,14 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     ("mask", po::value(&mask_path), "M.npy (T, N): nonzero = real token (default: all real)")
     ("gamma", po::value(&gamma_path), "G.npy, float32 (d) (default: ones)")
     ("beta", po::value(&beta_path), "BE.npy, float32 (d) (default: zeros; ignored by rms)")
-    ("eps", po::value(&o.eps)->default_value(o.eps), "eps inside every square root")
-    ("alpha", po::value(&o.alpha)->default_value(o.alpha), "running-statistics momentum")
-    ("alpha-fwd", po::value(&o.alpha_fwd)->default_value(o.alpha_fwd), "PN forward momentum")
-    ("alpha-bkw", po::value(&o.alpha_bkw)->default_value(o.alpha_bkw), "PN backward momentum")
-    ("warmup", po::value(&o.warmup)->default_value(o.warmup), "PN warmup iterations")
-    ("pn-variant", po::value(&pn_variant)->default_value(pn_variant),
-     "PN's math (power, sync_power): paper or authors")
-    ("pn-warmup-psi", po::value(&pn_warmup_psi)->default_value(pn_warmup_psi),
-     "PN's running psi^2 in warmup: cumulative or ema")
-    ("groups", po::value(&o.groups)->default_value(o.groups), "groups of the group norm")
-    ("prescale-groups", po::value(&o.prescale_groups)->default_value(o.prescale_groups),
-     "pre-scaling groups before batch-type norms (0: off)")
+    ;
+  // The norm flags, under pnnorm's names.
+#define PN_NORM_FLAG(type, member, name, default_value, pnnorm_name, option, option_default, \
+                     group, resumed, choices, help)                                         \
+  declare_norm_flag(&desc, pnnorm_name, &o.member, help, &parse_enums);
+#include "layers/norms/norm_flags.inc"
+#undef PN_NORM_FLAG
+  desc.add_options()
     ("sync-group-size", po::value(&sync_group_size),
      "sync_* norms reduce their statistics within groups of this many consecutive ranks (a "
      "divisor of the world size; default: all ranks)")
@@ -70,26 +97,30 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   po::store(po::parse_command_line(argc, argv, desc), vm);
   if (vm.count("help")) {
     if (comm.rank() == 0) {
-      std::string known;
-      for (const auto& k : pn::norm_kinds()) known += (known.empty() ? "" : ", ") + k;
-      std::cout << desc << "\nNorms: " << known << std::endl;
+      std::cout << desc << "\nNorms (pntrain --list-norms gives the table):\n";
+      for (const pn::NormInfo& n : pn::norm_registry())
+        std::cout << "  " << n.name << ": " << n.paper << "\n";
     }
     return 0;
   }
   po::notify(vm);
-  if (!pn::is_norm_kind(o.kind)) {
-    std::string known;
-    for (const auto& k : pn::norm_kinds()) known += (known.empty() ? "" : ", ") + k;
-    throw std::invalid_argument("unknown --norm '" + o.kind + "' (known: " + known + ")");
-  }
+  const pn::NormInfo& info = pn::norm_info(o.kind);
+  for (const auto& parse : parse_enums) parse();
   if (o.eps <= 0) throw std::invalid_argument("--eps must be positive");
-  o.pn_variant = pn::parse_pn_variant(pn_variant);
-  o.pn_warmup_psi = pn::parse_pn_warmup_psi(pn_warmup_psi);
-  const pn::NormKind kind = pn::parse_norm_kind(o.kind);
-  if (o.pn_variant != pn::PnVariant::paper && kind != pn::NormKind::power &&
-      kind != pn::NormKind::sync_power)
-    throw std::invalid_argument("--pn-variant " + pn_variant + " applies to power and " +
-                                "sync_power only, not --norm " + o.kind);
+  // A norm flag given a value other than its default is refused by a norm that does not read it.
+  const pn::NormOptions defaults;
+#define PN_NORM_FLAG(type, member, flag, default_value, pnnorm_name, ...) \
+  if (!(o.member == defaults.member) &&                                   \
+      std::find(info.flags.begin(), info.flags.end(), flag) == info.flags.end()) {            \
+    std::string takers;                                                                      \
+    for (const pn::NormInfo& n : pn::norm_registry())                                        \
+      if (std::find(n.flags.begin(), n.flags.end(), flag) != n.flags.end())                  \
+        takers += (takers.empty() ? "" : ", ") + n.name;                                     \
+    throw std::invalid_argument("--" + std::string(pnnorm_name) + " applies to " + takers +  \
+                                " only, not --norm " + o.kind);                              \
+  }
+#include "layers/norms/norm_flags.inc"
+#undef PN_NORM_FLAG
 
   std::vector<int64_t> xs, dys, ms;
   const std::vector<float> X = pn::npy::read_float32(x_path, &xs);
@@ -106,7 +137,8 @@ int run(int argc, char** argv, pn::Communicator& comm) {
       throw std::invalid_argument(mask_path + ": shape " + shape_str(ms) + ", need (T, N) = " +
                                   shape_str({T, N}));
   }
-  const bool has_beta = o.kind != "rms";
+  const bool has_beta =
+      std::find(info.params.begin(), info.params.end(), "bias") != info.params.end();
   // The statistics group: a split when --sync-group-size is given, the job's communicator
   // itself otherwise (the path that runs without the flag).
   if (const std::string e = pn::sync_group_error(sync_group_size, comm.size()); !e.empty())
@@ -140,7 +172,10 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   x_dev.from_host(X);
   dy_dev.from_host(DY);
   m_dev.from_host(M);
-  std::vector<float> dgamma(size_t(T * d)), dbeta(size_t(T * d), 0.0f);
+  // Each parameter's gradient per iteration (the registry's params, in the store's order).
+  std::vector<std::vector<float>> dparams;
+  for (size_t k = 0; k < store.specs.size(); ++k)
+    dparams.emplace_back(size_t(T) * store.numel(int(k)));
   std::vector<std::vector<double>> states;
   std::vector<std::string> state_names;
   for (const pn::StateTensor& s : norm->state())
@@ -152,8 +187,10 @@ int run(int argc, char** argv, pn::Communicator& comm) {
     pn::k::fill<float>(store.grad.data(), store.grad.size(), 0.0f);
     norm->forward(x_dev.data() + off, m, int(n), y_dev.data() + off, true);
     norm->backward(x_dev.data() + off, dy_dev.data() + off, m, int(n), dx_dev.data() + off);
-    pn::copy_to_host(dgamma.data() + t * d, store.g(0), size_t(d) * sizeof(float));
-    if (has_beta) pn::copy_to_host(dbeta.data() + t * d, store.g(1), size_t(d) * sizeof(float));
+    for (size_t k = 0; k < dparams.size(); ++k) {
+      const size_t n = store.numel(int(k));
+      pn::copy_to_host(dparams[k].data() + size_t(t) * n, store.g(int(k)), n * sizeof(float));
+    }
     size_t k = 0;
     for (const pn::StateTensor& s : norm->state()) {
       if (s.name == "t") continue;
@@ -170,8 +207,7 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   comm.allreduce_sum(Y.data(), Y.size());
   comm.allreduce_sum(DX.data(), DX.size());
   comm.allreduce_sum(Yeval.data(), Yeval.size());
-  comm.allreduce_sum(dgamma.data(), dgamma.size());
-  comm.allreduce_sum(dbeta.data(), dbeta.size());
+  for (std::vector<float>& g : dparams) comm.allreduce_sum(g.data(), g.size());
 
   namespace fs = std::filesystem;
   const fs::path dir(out), sdir = dir / "state" / ("rank" + std::to_string(r));
@@ -179,8 +215,13 @@ int run(int argc, char** argv, pn::Communicator& comm) {
   if (r == 0) {
     pn::npy::write_float32((dir / "y.npy").string(), Y.data(), {T, N, d});
     pn::npy::write_float32((dir / "dx.npy").string(), DX.data(), {T, N, d});
-    pn::npy::write_float32((dir / "dgamma.npy").string(), dgamma.data(), {T, d});
-    if (has_beta) pn::npy::write_float32((dir / "dbeta.npy").string(), dbeta.data(), {T, d});
+    // d<param>.npy, (T, its size): dgamma (weight), dbeta (bias), and any other by its name.
+    for (size_t k = 0; k < dparams.size(); ++k) {
+      const std::string& p = info.params.at(k);
+      const std::string file = p == "weight" ? "dgamma" : p == "bias" ? "dbeta" : "d" + p;
+      pn::npy::write_float32((dir / (file + ".npy")).string(), dparams[k].data(),
+                             {T, int64_t(store.numel(int(k)))});
+    }
     pn::npy::write_float32((dir / "y_eval.npy").string(), Yeval.data(), {N, d});
   }
   for (size_t k = 0; k < states.size(); ++k)

@@ -91,5 +91,6 @@ void BatchNorm<T>::load_forward(const Buf<double>& saved) {
 
 template struct BatchNorm<float>;
 template struct BatchNorm<double>;
+PN_NORM_FACTORY(BatchNorm)
 
 }  // namespace pn

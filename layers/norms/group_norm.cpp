@@ -34,5 +34,6 @@ void GroupNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
 
 template struct GroupNorm<float>;
 template struct GroupNorm<double>;
+PN_NORM_FACTORY(GroupNorm)
 
 }  // namespace pn

@@ -40,5 +40,6 @@ void LayerNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int ro
 
 template struct LayerNorm<float>;
 template struct LayerNorm<double>;
+PN_NORM_FACTORY(LayerNorm)
 
 }  // namespace pn

@@ -1,15 +1,11 @@
-// The one place that classifies the norm kinds and maps a norm name to its implementation.
+// The norm registry of layers/norms/norms.inc, and make_norm: a norm name to its layer.
+#include <algorithm>
+#include <sstream>
 #include <stdexcept>
 
-#include "layers/norms/batch_norm.h"
 #include "layers/norms/ghost_stats.h"
-#include "layers/norms/group_norm.h"
-#include "layers/norms/layer_norm.h"
 #include "layers/norms/norm.h"
-#include "layers/norms/power_norm.h"
-#include "layers/norms/power_v_norm.h"
 #include "layers/norms/prescale.h"
-#include "layers/norms/rms_norm.h"
 
 namespace pn {
 
@@ -19,37 +15,78 @@ std::string listed(const std::vector<std::string>& names, const char* sep) {
   for (const auto& k : names) out += (out.empty() ? "" : sep) + k;
   return out;
 }
+std::vector<std::string> words(const char* text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+std::string json_list(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& w : v) out += (out.empty() ? "\"" : ", \"") + w + "\"";
+  return "[" + out + "]";
+}
 }  // namespace
 
+const std::vector<std::string>& norm_statistic_names() {
+  // In NormStatistic's order.
+  static const std::vector<std::string> names = {"row_moments", "row_rms", "group_moments",
+                                                 "column_moments", "column_psi2", "elementwise"};
+  return names;
+}
+
+const std::vector<NormInfo>& norm_registry() {
+  static const std::vector<NormInfo> rows = {
+#define PN_NORM(name, Class, paper, statistic, sync, state, flags, params)                \
+  NormInfo{NormKind::name, #name, paper, NormStatistic::statistic, sync, words(state),  \
+           words(flags), words(params)},
+#include "layers/norms/norms.inc"
+#undef PN_NORM
+  };
+  return rows;
+}
+
+const NormInfo& norm_info(NormKind k) { return norm_registry().at(size_t(k)); }
+
+const NormInfo& norm_info(const std::string& kind) {
+  for (const NormInfo& n : norm_registry())
+    if (n.name == kind) return n;
+  throw std::invalid_argument("unknown norm '" + kind + "' (known: " + listed(norm_kinds(), ", ") +
+                              ")");
+}
+
+std::string norm_registry_json() {
+  std::string out;
+  for (const NormInfo& n : norm_registry())
+    out += "{\"name\": \"" + n.name + "\", \"paper\": \"" + n.paper + "\", \"statistic\": \"" +
+           norm_statistic_names()[size_t(n.statistic)] + "\", \"synchronized\": " +
+           (n.synchronized ? "true" : "false") + ", \"state\": " + json_list(n.state) +
+           ", \"flags\": " + json_list(n.flags) + ", \"params\": " + json_list(n.params) + "}\n";
+  return out;
+}
+
 const std::vector<std::string>& norm_kinds() {
-  // In the order of NormKind.
-  static const std::vector<std::string> kinds = {"layer",        "rms",          "group", "batch",
-                                                   "sync_batch",   "power_v",      "sync_power_v",
-                                                   "power",        "sync_power"};
+  static const std::vector<std::string> kinds = [] {
+    std::vector<std::string> v;
+    for (const NormInfo& n : norm_registry()) v.push_back(n.name);
+    return v;
+  }();
   return kinds;
 }
 
 bool is_norm_kind(const std::string& kind) {
-  for (const auto& k : norm_kinds())
-    if (k == kind) return true;
-  return false;
+  const auto& k = norm_kinds();
+  return std::find(k.begin(), k.end(), kind) != k.end();
 }
 
-NormKind parse_norm_kind(const std::string& kind) {
-  const auto& kinds = norm_kinds();
-  for (size_t i = 0; i < kinds.size(); ++i)
-    if (kinds[i] == kind) return NormKind(i);
-  throw std::invalid_argument("unknown norm '" + kind + "' (known: " + listed(kinds, ", ") + ")");
-}
+NormKind parse_norm_kind(const std::string& kind) { return norm_info(kind).kind; }
 
 bool is_batch_type(NormKind k) {
-  return k == NormKind::batch || k == NormKind::sync_batch || k == NormKind::power_v ||
-         k == NormKind::sync_power_v || k == NormKind::power || k == NormKind::sync_power;
+  const NormStatistic s = norm_info(k).statistic;
+  return s == NormStatistic::column_moments || s == NormStatistic::column_psi2;
 }
 
-bool is_synchronized(NormKind k) {
-  return k == NormKind::sync_batch || k == NormKind::sync_power_v || k == NormKind::sync_power;
-}
+bool is_synchronized(NormKind k) { return norm_info(k).synchronized; }
 
 const std::vector<std::string>& pn_variant_choices() {
   static const std::vector<std::string> names = {"paper", "authors"};  // PnVariant's order
@@ -85,24 +122,15 @@ std::unique_ptr<Norm<T>> make_norm(const NormOptions& o, int d, ParamStore<T>& s
     if (!comm) throw std::invalid_argument(o.kind + " norm '" + name + "' needs a communicator");
     sync = comm;
   }
-  std::unique_ptr<Norm<T>> batch_type;
+  std::unique_ptr<Norm<T>> made;
   switch (kind) {
-    case NormKind::layer: return std::make_unique<LayerNorm<T>>(o, d, store, name);
-    case NormKind::rms: return std::make_unique<RmsNorm<T>>(o, d, store, name);
-    case NormKind::group: return std::make_unique<GroupNorm<T>>(o, d, store, name);
-    case NormKind::batch:
-    case NormKind::sync_batch:
-      batch_type = std::make_unique<BatchNorm<T>>(o, d, store, name, sync);
-      break;
-    case NormKind::power_v:
-    case NormKind::sync_power_v:
-      batch_type = std::make_unique<PowerVNorm<T>>(o, d, store, name, sync);
-      break;
-    case NormKind::power:
-    case NormKind::sync_power:
-      batch_type = std::make_unique<PowerNorm<T>>(o, d, store, name, sync);
-      break;
+#define PN_NORM(kind_, Class, ...) \
+  case NormKind::kind_: made = make_##Class<T>(o, d, store, name, sync); break;
+#include "layers/norms/norms.inc"
+#undef PN_NORM
   }
+  if (!is_batch_type(kind)) return made;
+  std::unique_ptr<Norm<T>> batch_type = std::move(made);
   // Batch-type norms, optionally behind the parameter-free pre-scaling; ghost groups inside
   // pre-scaling: pre-scaling is per row, the statistics are per group.
   if (o.stats_rows > 0) batch_type = std::make_unique<GhostStats<T>>(std::move(batch_type), o, d);

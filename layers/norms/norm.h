@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -23,14 +24,43 @@
 
 namespace pn {
 
-// The norm kinds, named as --norm writes them (norm_kinds(), in this order). Classified here
-// once: parse_norm_kind, is_batch_type, is_synchronized.
-enum class NormKind { layer, rms, group, batch, sync_batch, power_v, sync_power_v, power, sync_power };
+// The norm kinds, named as --norm writes them, in the order of layers/norms/norms.inc.
+enum class NormKind {
+#define PN_NORM(name, ...) name,
+#include "layers/norms/norms.inc"
+#undef PN_NORM
+};
+
+// What a norm's scale is computed from: per row (row_moments: mean and variance; row_rms: the
+// root mean square; group_moments: mean and variance of each feature group), per feature column
+// over the statistics batch (column_moments: mean and variance; column_psi2: the quadratic
+// mean), or none (elementwise: a fixed function of each element, DyT). Its names (as
+// --list-norms and the export write them): norm_statistic_names(), in this order.
+enum class NormStatistic { row_moments, row_rms, group_moments, column_moments, column_psi2,
+                           elementwise };
+const std::vector<std::string>& norm_statistic_names();
+
+// One row of layers/norms/norms.inc (its comment says what each field is).
+struct NormInfo {
+  NormKind kind;
+  std::string name, paper;
+  NormStatistic statistic;
+  bool synchronized;
+  std::vector<std::string> state, flags, params;
+};
+// Every norm, in NormKind's order.
+const std::vector<NormInfo>& norm_registry();
+const NormInfo& norm_info(NormKind k);
+// Throws std::invalid_argument "unknown norm 'K' (known: layer, ...)".
+const NormInfo& norm_info(const std::string& kind);
+// The registry as JSON, one object a line (pntrain --list-norms).
+std::string norm_registry_json();
+// The names of norm_registry(), and whether kind is one of them.
 const std::vector<std::string>& norm_kinds();
 bool is_norm_kind(const std::string& kind);
 // Throws std::invalid_argument "unknown norm 'K' (known: layer, ...)".
 NormKind parse_norm_kind(const std::string& kind);
-// Batch statistics (and running state): batch, power_v, power and their sync_ twins.
+// Batch statistics (and running state): the column_* statistics.
 bool is_batch_type(NormKind k);
 // Statistics summed over the ranks of a sync group: the sync_ kinds.
 bool is_synchronized(NormKind k);
@@ -47,19 +77,16 @@ const std::vector<std::string>& pn_variant_choices();
 const std::vector<std::string>& pn_warmup_psi_choices();
 PnVariant parse_pn_variant(const std::string& name);
 PnWarmupPsi parse_pn_warmup_psi(const std::string& name);
+inline const std::vector<std::string>& choice_names(PnVariant) { return pn_variant_choices(); }
+inline const std::vector<std::string>& choice_names(PnWarmupPsi) { return pn_warmup_psi_choices(); }
 
-// Options of every norm, with the defaults of docs/contract.md. `kind` is one of norm_kinds().
+// Options of every norm: the rows of layers/norms/norm_flags.inc with pnnorm's defaults, and the
+// kind (one of norm_kinds()).
 struct NormOptions {
   std::string kind = "layer";
-  int groups = 1;            // `group`: number of feature groups
-  int prescale_groups = 0;   // pre-scaling before batch-type norms (0 = off)
-  double eps = 1e-5;
-  double alpha = 0.9;        // running-statistics momentum of batch / power_v
-  double alpha_fwd = 0.9;    // PN
-  double alpha_bkw = 0.9;    // PN
-  int64_t warmup = 0;        // PN warmup iterations (training forward calls)
-  PnVariant pn_variant = PnVariant::paper;
-  PnWarmupPsi pn_warmup_psi = PnWarmupPsi::cumulative;
+#define PN_NORM_FLAG(type, member, name, default_value, ...) type member = default_value;
+#include "layers/norms/norm_flags.inc"
+#undef PN_NORM_FLAG
   // Ghost statistics (ghost_stats.h): a training forward splits its rows into statistics
   // groups of stats_rows rows (0: one group, the whole call), at least stats_groups of them
   // (the same count on every rank, so synchronized norms meet in every collective).
@@ -195,5 +222,30 @@ inline void unpack_forward(const Buf<double>& in, std::initializer_list<Buf<doub
 template <class T>
 std::unique_ptr<Norm<T>> make_norm(const NormOptions& options, int d, ParamStore<T>& store,
                                    const std::string& name, Communicator* comm);
+
+// Each norm class's construction behind one signature (declared from the registry, defined
+// beside the class by PN_NORM_FACTORY), so make_norm needs no norm's header. comm is passed to
+// a class whose constructor takes it (the batch-type ones); make_norm gives it to sync_ kinds
+// only.
+#define PN_NORM(kind_, Class, ...)                                                          \
+  template <class T>                                                                        \
+  std::unique_ptr<Norm<T>> make_##Class(const NormOptions& o, int d, ParamStore<T>& store, \
+                                        const std::string& name, Communicator* comm);
+#include "layers/norms/norms.inc"
+#undef PN_NORM
+#define PN_NORM_FACTORY(Class)                                                                \
+  template <class T>                                                                          \
+  std::unique_ptr<Norm<T>> make_##Class(const NormOptions& o, int d, ParamStore<T>& store,   \
+                                        const std::string& name, Communicator* comm) {       \
+    if constexpr (std::is_constructible_v<Class<T>, const NormOptions&, int, ParamStore<T>&, \
+                                          const std::string&, Communicator*>)                 \
+      return std::make_unique<Class<T>>(o, d, store, name, comm);                             \
+    else                                                                                      \
+      return std::make_unique<Class<T>>(o, d, store, name);                                   \
+  }                                                                                           \
+  template std::unique_ptr<Norm<float>> make_##Class<float>(                                  \
+      const NormOptions&, int, ParamStore<float>&, const std::string&, Communicator*);        \
+  template std::unique_ptr<Norm<double>> make_##Class<double>(                                \
+      const NormOptions&, int, ParamStore<double>&, const std::string&, Communicator*);
 
 }  // namespace pn

@@ -100,5 +100,6 @@ void PowerNorm<T>::load_forward(const Buf<double>& saved) {
 
 template struct PowerNorm<float>;
 template struct PowerNorm<double>;
+PN_NORM_FACTORY(PowerNorm)
 
 }  // namespace pn

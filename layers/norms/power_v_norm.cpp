@@ -68,5 +68,6 @@ void PowerVNorm<T>::load_forward(const Buf<double>& saved) {
 
 template struct PowerVNorm<float>;
 template struct PowerVNorm<double>;
+PN_NORM_FACTORY(PowerVNorm)
 
 }  // namespace pn

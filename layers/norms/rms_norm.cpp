@@ -26,5 +26,6 @@ void RmsNorm<T>::backward(const T* x, const T* dy, const uint8_t* mask, int rows
 
 template struct RmsNorm<float>;
 template struct RmsNorm<double>;
+PN_NORM_FACTORY(RmsNorm)
 
 }  // namespace pn

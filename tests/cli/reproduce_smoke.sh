@@ -52,6 +52,10 @@ grep -q "layer .*seed 1: running" <<<"$out" &&
 out=$("$py" "$here/../../launcher/analysis/reproduce.py" --pntrain "$pntrain" --data builtin --norms layer,foo \
   --out "$tmp/bad" 2>&1); rc=$?
 { [ $rc -ne 0 ] && grep -q "unknown foo" <<<"$out"; } || fail "--norms foo: exit $rc: $out"
+# A norm of pntrain's registry (pntrain --list-norms) beyond the paper's rows is a cell too.
+out=$("$py" "$here/../../launcher/analysis/reproduce.py" "${args[@]}" --norms dyt --seeds 1 \
+  --no-ablation --out "$tmp/dyt" "${extra[@]}" 2>&1) &&
+  grep -q "dyt .*seed 1: .*valid ppl" <<<"$out" || fail "--norms dyt trained no DyT cell: $out"
 # The medium preset: PN's alpha grid on short runs, cells to early stopping or their last update,
 # checkpoint_best evaluated; a rerun skips every cell and tuning run; a cell that did not record
 # its end resumes from its checkpoint and reports the same figures.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The PyTorch twin (python/pntrain_torch.py) against `pntrain --eval-only`: for layer, batch and
-# power models, LM and translation, the exported checkpoint's validation loss in PyTorch equals
+# The PyTorch twin (python/pntrain_torch.py) against `pntrain --eval-only`: for layer, batch,
+# power and dyt models, LM and translation, the exported checkpoint's validation loss in PyTorch equals
 # pntrain's to 1e-4; also a PN LM trained at 2 ranks (rank-local state, both evaluation
 # states). Exits 77 (skipped) without python3-torch and numpy.
 # Usage: torch_twin.sh PNTRAIN PNEXPORT MPIRUN...
@@ -63,7 +63,7 @@ compare() {
   fi
 }
 
-for norm in layer batch power; do
+for norm in layer batch power dyt; do
   # shellcheck disable=SC2086
   "$pntrain" $lm --norm $norm --dropout 0.1 --max-update 25 --save-dir "lm_$norm" 2>>"$work/log"
   ours=$("$pntrain" $lm --norm $norm --eval-only --restore-file "lm_$norm/checkpoint_25" 2>>"$work/log")

@@ -1,5 +1,5 @@
-// The batch-type norm layers on the GPU against the same layers on the CPU (make_norm, the one
-// code path, its device in the buffers): y, the residual sum, dx, dgamma, dbeta and the running
+// The batch-type norm layers and DyT on the GPU against the same layers on the CPU (make_norm, the
+// one code path, its device in the buffers): y, the residual sum, dx, dgamma, dbeta and the running
 // state after every iteration, over plain and residual inputs (with dropout), masked and fully
 // masked iterations, gradients added into a residual stream, PN's warmup and both PN forms, then
 // an inference forward. Skipped without a GPU.
@@ -53,7 +53,9 @@ void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper
   o.kind = kind;
   o.pn_variant = variant;
   o.warmup = kind == "power" ? 2 : 0;  // iterations 1-2 warm (batch s), then running s
-  const auto params = randf(2 * size_t(d), 2, 0.3f, 0.5f);  // gamma != 1, beta != 0
+  ParamStore<float> dry;  // the parameter count: gamma, beta (and DyT's a)
+  make_norm<float>(o, d, dry, "n", nullptr);
+  const auto params = randf(dry.size(), 2, 0.3f, 0.5f);  // gamma != 1, beta != 0
   DeviceNorm cpu;
   make_on(&cpu, o, d, params);
   DeviceScope scope(Device::CUDA);
@@ -95,7 +97,7 @@ void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper
     if (residual) expect_equal("the residual sum", gsum.to_host(), sum);
     expect_close("dx", gdx.to_host(), dx, 1e-5, 1e-6);
     const std::vector<float> cpu_grad(cpu.store.grad.begin(), cpu.store.grad.end());
-    expect_close("dgamma, dbeta", gpu.store.grad.to_host(), cpu_grad, 1e-5, 1e-5);
+    expect_close("dgamma, dbeta (, da)", gpu.store.grad.to_host(), cpu_grad, 1e-5, 1e-5);
     const auto cs = cpu.norm->state(), gs = gpu.norm->state();
     ASSERT_EQ(cs.size(), gs.size());
     for (size_t k = 0; k < cs.size(); ++k)
@@ -115,6 +117,8 @@ void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper
   expect_equal("inference residual sum", gsum.to_host(), sum);
 }
 
+// DyT (no statistic): its dx, dgamma, dbeta and da on the GPU as on the CPU.
+TEST(CudaNormLayers, DytMatchesCpuLayer) { compare_layer("dyt"); }
 TEST(CudaNormLayers, BatchMatchesCpuLayer) {
   PN_REQUIRE_GPU();
   compare_layer("batch");

@@ -151,7 +151,7 @@ def main():
     T, N, d = X.shape
     configs = [
         ("layer", {}, [1]), ("rms", {}, [1]), ("group", {"groups": 2}, [1]),
-        ("group", {"groups": 4}, [1]),
+        ("group", {"groups": 4}, [1]), ("dyt", {}, [1]), ("dyt", {"dyt_alpha": 0.8}, [1, 2]),
         ("batch", {"alpha": 0.8}, [1, 3]), ("power_v", {"alpha": 0.8}, [1, 3]),
         ("batch", {"prescale_groups": 2}, [1]), ("power_v", {"prescale_groups": 1}, [1]),
         ("power", {"warmup": 2, "alpha_fwd": 0.8, "alpha_bkw": 0.7}, [1, 2, 3]),
@@ -167,7 +167,7 @@ def main():
     ]
     flag = {"alpha": "--alpha", "alpha_fwd": "--alpha-fwd", "alpha_bkw": "--alpha-bkw",
             "warmup": "--warmup", "groups": "--groups", "prescale_groups": "--prescale-groups",
-            "pn_variant": "--pn-variant"}
+            "pn_variant": "--pn-variant", "dyt_alpha": "--dyt-alpha"}
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         np.save(f"{tmp}/x.npy", X)
@@ -196,7 +196,8 @@ def main():
                 want, want_states = norms_ref.run(o, X.astype(np.float64), DY.astype(np.float64),
                                                   M, gamma.astype(np.float64),
                                                   beta.astype(np.float64), ranks=R)
-                files = ["y", "dx", "dgamma", "y_eval"] + ([] if kind == "rms" else ["dbeta"])
+                files = ["y", "dx", "dgamma", "y_eval"] + ([] if kind == "rms" else ["dbeta"]) + \
+                    (["dalpha"] if kind == "dyt" else [])
                 for f in files:
                     compare(f"{name}: {f}", np.load(f"{out}/{f}.npy"), want[f], failures)
                 if kind == "rms" and os.path.exists(f"{out}/dbeta.npy"):

@@ -1,6 +1,6 @@
 """PyTorch float64 reference of pntrain's norm layers (docs/contract.md §2 and §3).
 
-Exact-gradient layers (layer, rms, group, batch, power_v, optional pre-scaling) use autograd of
+Exact-gradient layers (layer, rms, group, dyt, batch, power_v, optional pre-scaling) use autograd of
 L = sum over unmasked rows of y * dy, whose gradient is the contract's: masked rows' dx = 0 and they
 enter no statistic or parameter gradient. PN (power, sync_power) is the contract's pseudo-code (docs/contract.md §2) written
 out, both variants (paper, authors). A sync_* layer is its local twin over all ranks' rows at once.
@@ -9,15 +9,17 @@ import numpy as np
 import torch
 
 BATCH_TYPE = {"batch", "sync_batch", "power_v", "sync_power_v", "power", "sync_power"}
+ROW_LOCAL = ("layer", "rms", "group", "dyt")  # no statistic across rows
 
 
 class Options:
     def __init__(self, kind, eps=1e-5, alpha=0.9, alpha_fwd=0.9, alpha_bkw=0.9, warmup=0,
-                 groups=1, prescale_groups=0, pn_variant="paper"):
+                 groups=1, prescale_groups=0, pn_variant="paper", dyt_alpha=0.5):
         self.kind, self.eps, self.alpha = kind, eps, alpha
         self.pn_variant = pn_variant
         self.alpha_fwd, self.alpha_bkw, self.warmup = alpha_fwd, alpha_bkw, warmup
         self.groups, self.prescale_groups = groups, prescale_groups
+        self.dyt_alpha = dyt_alpha
 
 
 def _prescale(x, o):
@@ -36,6 +38,8 @@ class Ref:
         self.o, self.d = o, d
         self.gamma = torch.tensor(gamma, dtype=torch.float64)
         self.beta = torch.tensor(beta, dtype=torch.float64)
+        self.alpha = torch.tensor([o.dyt_alpha], dtype=torch.float64)
+        self.dalpha = np.zeros(1)  # DyT's da of the last step
         kind = o.kind.replace("sync_", "")
         self.base = kind
         self.state = {}
@@ -49,7 +53,7 @@ class Ref:
                           "nu": torch.zeros(d, dtype=torch.float64)}
             self.t = 0
 
-    def _per_row(self, x, gamma, beta):
+    def _per_row(self, x, gamma, beta, alpha=None):
         o, d = self.o, self.d
         if self.base == "layer":
             return torch.nn.functional.layer_norm(x, (d,), gamma, beta, o.eps)
@@ -61,14 +65,16 @@ class Ref:
             mu = xv.mean(-1, keepdim=True)
             var = ((xv - mu) ** 2).mean(-1, keepdim=True)
             return ((xv - mu) / torch.sqrt(var + o.eps)).view(n, d) * gamma + beta
+        if self.base == "dyt":
+            return gamma * torch.tanh(alpha * x) + beta
         raise ValueError(self.base)
 
     def infer(self, x_np):
         x = torch.tensor(x_np, dtype=torch.float64)
         o, st = self.o, self.state
         with torch.no_grad():
-            if self.base in ("layer", "rms", "group"):
-                return self._per_row(x, self.gamma, self.beta).numpy()
+            if self.base in ROW_LOCAL:
+                return self._per_row(x, self.gamma, self.beta, self.alpha).numpy()
             z = _prescale(x, o)
             if self.base == "batch":
                 y = self.gamma * (z - st["running_mean"]) / torch.sqrt(st["running_var"] + o.eps)
@@ -90,9 +96,10 @@ class Ref:
         x = torch.tensor(x_np, dtype=torch.float64, requires_grad=True)
         gamma = self.gamma.clone().requires_grad_(True)
         beta = self.beta.clone().requires_grad_(True)
+        alpha = self.alpha.clone().requires_grad_(True)
         dy = torch.tensor(dy_np, dtype=torch.float64)
-        if self.base in ("layer", "rms", "group"):
-            y = self._per_row(x, gamma, beta)
+        if self.base in ROW_LOCAL:
+            y = self._per_row(x, gamma, beta, alpha)
         else:
             z = _prescale(x, o)
             S = z[m]
@@ -111,6 +118,7 @@ class Ref:
         loss = (y * dy * m.to(torch.float64)[:, None]).sum()
         loss.backward()
         dbeta = beta.grad.numpy() if self.base != "rms" else np.zeros(self.d)
+        self.dalpha = alpha.grad.numpy() if alpha.grad is not None else np.zeros(1)
         return y.detach().numpy(), x.grad.numpy(), gamma.grad.numpy(), dbeta
 
     def _pn_step(self, x_np, dy_np, m_np):
@@ -152,20 +160,20 @@ class Ref:
 
 
 def run(o, X, DY, M, gamma, beta, ranks=1, group_size=None):
-    """What pnnorm writes for R ranks: y, dx (T,N,d), dgamma, dbeta (T,d) summed over ranks,
-    y_eval (N,d), and per rank {name: (T,d)} states. A sync_* layer with group_size K takes its
+    """What pnnorm writes for R ranks: y, dx (T,N,d), dgamma, dbeta (T,d), dalpha (T,1) summed
+    over ranks, y_eval (N,d), and per rank {name: (T,d)} states. A sync_* layer with group_size K takes its
     statistics over the rows of each group of K consecutive ranks alone (--sync-group-size)."""
     T, N, d = X.shape
     K = group_size or ranks
     rows = [(r * N // ranks, (r + 1) * N // ranks) for r in range(ranks)]
     if o.kind.startswith("sync_"):
         shards = [(rows[g * K][0], rows[g * K + K - 1][1]) for g in range(ranks // K)]
-    elif o.kind in ("layer", "rms", "group"):
+    elif o.kind in ROW_LOCAL:
         shards = [(0, N)]
     else:
         shards = rows
     out = {"y": np.zeros((T, N, d)), "dx": np.zeros((T, N, d)), "dgamma": np.zeros((T, d)),
-           "dbeta": np.zeros((T, d)), "y_eval": np.zeros((N, d))}
+           "dbeta": np.zeros((T, d)), "dalpha": np.zeros((T, 1)), "y_eval": np.zeros((N, d))}
     states = []
     for lo, hi in shards:
         ref = Ref(o, d, gamma, beta)
@@ -175,6 +183,7 @@ def run(o, X, DY, M, gamma, beta, ranks=1, group_size=None):
             out["y"][t, lo:hi], out["dx"][t, lo:hi] = y, dx
             out["dgamma"][t] += dg
             out["dbeta"][t] += db
+            out["dalpha"][t] += ref.dalpha
             for k, v in ref.state.items():
                 st[k][t] = v.numpy()
         if hi > lo:
@@ -182,7 +191,7 @@ def run(o, X, DY, M, gamma, beta, ranks=1, group_size=None):
         states.append(st)
     if o.kind.startswith("sync_"):
         rank_states = [states[r // K] for r in range(ranks)]
-    elif o.kind in ("layer", "rms", "group"):
+    elif o.kind in ROW_LOCAL:
         rank_states = [states[0]] * ranks
     else:
         rank_states = states
