@@ -118,7 +118,10 @@ void compare_layer(const std::string& kind, PnVariant variant = PnVariant::paper
 }
 
 // DyT (no statistic): its dx, dgamma, dbeta and da on the GPU as on the CPU.
-TEST(CudaNormLayers, DytMatchesCpuLayer) { compare_layer("dyt"); }
+TEST(CudaNormLayers, DytMatchesCpuLayer) {
+  PN_REQUIRE_GPU();
+  compare_layer("dyt");
+}
 TEST(CudaNormLayers, BatchMatchesCpuLayer) {
   PN_REQUIRE_GPU();
   compare_layer("batch");
