@@ -592,7 +592,7 @@ Device resolve_device(const std::string& name, bool say) {
     return Device::CPU;
   }
   if (!parse_device(name, &d))
-    throw std::invalid_argument("--device '" + name + "' is not one of auto, cpu, cuda, sim");
+    throw std::invalid_argument("--device '" + name + "' is not one of auto, cpu, cuda");
   if (d == Device::CUDA && !cuda_unavailable_reason().empty())
     throw std::runtime_error("--device cuda: no usable GPU (" + cuda_unavailable_reason() +
                              "); use --device cpu, or run where nvidia-smi lists a GPU");
