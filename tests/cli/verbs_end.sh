@@ -41,6 +41,11 @@ check() {
   done
   [ -n "$found" ] || { fail "$name: no '$want' started: $(tail -3 "$tmp/$name.log")"; return; }
   sleep 2
+  # UNTIL_LINE: a line the verb must have printed before the signal (up to 30 s more), so that a
+  # slow start on a loaded machine does not decide what the log holds.
+  if [ -n "${UNTIL_LINE:-}" ]; then
+    for i in $(seq 300); do grep -q "$UNTIL_LINE" "$tmp/$name.log" && break; sleep 0.1; done
+  fi
   kill -"$sig" "$pid"
   for i in $(seq 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then fail "$name: the verb still runs 20 s after SIG$sig"; fi
@@ -59,7 +64,8 @@ check() {
 }
 check test TERM "pntrain" test -R cli_new_user  # about 20 s: still running when the signal comes
 check run TERM "pntrain" run -- "${tiny[@]}" --max-update 100000 --save-dir "$tmp/ck"
-check reproduce TERM "pntrain" reproduce --data builtin --norms layer --no-ablation \
+UNTIL_LINE="seed 1: update [0-9]*/100000" \
+  check reproduce TERM "pntrain" reproduce --data builtin --norms layer --no-ablation \
   --out "$tmp/rp" -- "${tiny[@]}" --max-update 100000 --validate-interval-updates 0
 grep -q "\[1/[0-9]\] layer *seed 1: update [0-9]*/100000 ([0-9]*%), epoch .*, eta" "$tmp/reproduce.log" ||
   fail "reproduce: no progress line of the running cell: $(cat "$tmp/reproduce.log")"
