@@ -37,6 +37,11 @@ fresh; "$py" "$gen" --root "$tmp/f" --write >/dev/null
 echo "Measured at commit 5d54aef (a hash)." >>"$tmp/f/docs/gpu.md"
 "$py" "$gen" --root "$tmp/f" --check >"$tmp/out" 2>&1 && fail "a commit hash passes"
 grep -q "docs/gpu.md:4: commit hash 5d54aef" "$tmp/out" || fail "hash not named: $(cat "$tmp/out")"
+# A hex prefix without the word "commit", resolving nowhere, reads as a commit all the same.
+fresh; "$py" "$gen" --root "$tmp/f" --write >/dev/null
+echo 'The split (sha256 `27660c68...`).' >>"$tmp/f/docs/gpu.md"
+"$py" "$gen" --root "$tmp/f" --check >"$tmp/out" 2>&1 && fail "a bare hex prefix passes"
+grep -q "commit hash 27660c68" "$tmp/out" || fail "hex prefix not named: $(cat "$tmp/out")"
 fresh; "$py" "$gen" --root "$tmp/f" --write >/dev/null
 { echo; for i in $(seq 151); do printf 'word '; done; echo; } >>"$tmp/f/README.md"
 "$py" "$gen" --root "$tmp/f" --check >"$tmp/out" 2>&1 && fail "a 151-word paragraph passes"
