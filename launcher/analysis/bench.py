@@ -30,13 +30,12 @@ Usage: bench.py --pnbench BUILD/bin/pnbench [--ranks 1,2,4] [--norms layer,sync_
 """
 import argparse
 import csv
-import json
 import os
 import shlex
 import subprocess
 import sys
 
-from pn_metrics import int_list, split_passthrough
+from pn_metrics import int_list, registry_norms, split_passthrough
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The time split columns of pnbench's CSV, stacked in this order in the PNG.
@@ -54,12 +53,10 @@ def known_norms(pnbench):
     """The norm names of the registry, from `pntrain --list-norms` beside pnbench."""
     pntrain = os.path.join(os.path.dirname(os.path.abspath(pnbench)), "pntrain")
     try:
-        out = subprocess.run([pntrain, "--list-norms"], capture_output=True, text=True,
-                             check=True).stdout
+        return registry_norms(pntrain)
     except (OSError, subprocess.CalledProcessError) as e:
         die("cannot list the norms with '%s --list-norms' (%s): build pntrain beside pnbench"
             % (pntrain, e))
-    return [json.loads(line)["name"] for line in out.splitlines() if line.strip()]
 
 
 def mpirun_cmd(ranks, cores, extra_args):

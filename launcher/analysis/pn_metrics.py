@@ -12,6 +12,14 @@ import time
 PROGRESS_S = float(os.environ.get("PN_PROGRESS_S", "60"))
 
 
+def registry_norms(pntrain):
+    """The norm names of pntrain's registry (`pntrain --list-norms`, one JSON object a line);
+    raises OSError or subprocess.CalledProcessError where pntrain cannot say."""
+    out = subprocess.run([pntrain, "--list-norms"], capture_output=True, text=True,
+                         check=True).stdout
+    return [json.loads(line)["name"] for line in out.splitlines() if line.strip()]
+
+
 def open_metrics(path):
     """PATH opened for reading, or PATH.gz (a committed file over 2 MB) when only that exists;
     None when neither does."""

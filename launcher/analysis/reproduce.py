@@ -74,8 +74,8 @@ import time
 
 from ablate import cell_command, command_text, finished, flag_value, mpirun_prefix, read_ini, \
     same_command, start_cell
-from pn_metrics import int_list, read_metrics, read_records, run_with_progress, \
-    split_passthrough
+from pn_metrics import int_list, read_metrics, read_records, registry_norms, \
+    run_with_progress, split_passthrough
 import provenance
 from seed_stats import capped, compare, describe_difference, family, fmt_p, mean_sd, \
     strength, welch
@@ -134,12 +134,11 @@ def die(msg):
     sys.exit(2)
 
 
-def registry_norms(pntrain):
-    """The norm names of pntrain's registry (`pntrain --list-norms`), [] where it cannot say."""
+def known_norms(pntrain):
+    """The norm names of pntrain's registry, [] where it cannot say."""
     try:
-        out = subprocess.run([pntrain, "--list-norms"], capture_output=True, text=True).stdout
-        return [json.loads(line)["name"] for line in out.splitlines() if line.strip()]
-    except (OSError, ValueError):
+        return registry_norms(pntrain)
+    except (OSError, ValueError, subprocess.CalledProcessError):
         return []
 
 
@@ -2008,7 +2007,7 @@ def main():
     vlist = variants(heads)
     if a.norms:
         want = [n.strip() for n in a.norms.split(",") if n.strip()]
-        vlist = vlist + [(n, n, n, [], None) for n in registry_norms(a.pntrain)
+        vlist = vlist + [(n, n, n, [], None) for n in known_norms(a.pntrain)
                          if n in want and n not in [v[0] for v in vlist]]
         unknown = [n for n in want if n not in [v[0] for v in vlist]]
         if unknown:
