@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Draws the figure the README shows from the committed reproduction cells:
+"""Draws the figure the README shows from the committed reproduction reports:
 docs/img/results_ptb.png, PTB test perplexity of each norm and seed at 12 and 30 epochs on the
-CPU (results/reproduce_lm_medium/, results/reproduce_lm_long/: table/<norm>_s<seed>/eval.json).
+CPU (results/reproduce_lm_medium/, results/reproduce_lm_long/: report.json, or the cells'
+eval.json where a run has no report yet).
 Each seed is its own marker; the mean is drawn only over two seeds or more; nothing is drawn for
 a norm without cells. Usage: doc_figures.py [--root DIR]
 """
@@ -15,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from doc_tables import NORMS, cells  # noqa: E402
+from doc_tables import NORMS, values as report_values  # noqa: E402
 
 PANELS = [("reproduce_lm_medium", "12 epochs (--medium)"), ("reproduce_lm_long", "30 epochs (--long)")]
 COLORS = {"layer": "#1f77b4", "batch": "#2ca02c", "power_v": "#9467bd", "power": "#d62728",
@@ -30,7 +31,7 @@ def main():
     root = ap.parse_args().root
     fig, axes = plt.subplots(1, len(PANELS), figsize=(10, 4.2), constrained_layout=True)
     for ax, (run, title) in zip(axes, PANELS):
-        got = cells(root, run)
+        got = report_values(root, run)
         for i, (key, label) in enumerate(NORMS):
             values = got.get(key, [])
             if not values:

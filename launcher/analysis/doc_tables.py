@@ -161,6 +161,13 @@ def report(root, run):
     return json.load(open(path)) if os.path.exists(path) else None
 
 
+def values(root, run):
+    """{norm: [test ppl of each seed]} as the run's report.json gives them (the cells' own
+    eval.json before a report exists), so that the tables and the figure read one record."""
+    rep = report(root, run)
+    return {g["key"]: g["values"] for g in rep["groups"]} if rep else cells(root, run)
+
+
 def result_cell(root, run, norm):
     rep = report(root, run)
     if rep is None:  # before the report exists: mean and spread of the committed cells only
